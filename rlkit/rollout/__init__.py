@@ -1,0 +1,5 @@
+"""Rollout engines. Importing this package registers the built-in ones."""
+
+from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+
+__all__ = ["PolicyWeights", "RolloutBatch", "RolloutEngine", "SamplingParams"]

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv (if absent) and install rlkit with everything its tests need.
+# torch comes first and pinned: 2.13.0 is a CPU build on local disk, while a bare
+# "torch" requirement would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e ".[dev,lora,gguf]"
