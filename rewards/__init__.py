@@ -1,0 +1,67 @@
+"""Rewards: verifiable correctness rewards, shaping terms and model-based scoring.
+
+Every reward has one contract::
+
+    fn(response: str, ground_truth: str, **extra) -> float | dict
+
+where a dict holds a ``"score"`` plus extra fields that get logged. Built-ins
+are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
+
+- ``gsm8k`` (:mod:`rewards.gsm8k`), ``math`` (:mod:`rewards.math_answer`),
+  ``exact_match`` (:mod:`rewards.exact_match`): correctness;
+- ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
+  (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
+- ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping.
+
+Your own reward is any function with the contract: register it with
+``@REWARDS.register("name")`` or name it as ``"my_pkg.my_module:my_reward"``.
+:func:`score_batch` scores a batch safely (time limits, errors counted);
+:class:`RewardModel` scores with a trained reward model. See docs/rewards.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+# Imported for their registrations.
+from rewards import answer_format, exact_match, gsm8k, length_penalty, math_answer, overlong  # noqa: F401
+from rewards.batch_scoring import BatchScores, score_batch
+from rewards.composition import combined, compose
+from rewards.overlong import overlong_buffer_penalty, overlong_penalty
+from rlkit.registry import REWARDS
+
+if TYPE_CHECKING:
+    from rewards.reward_model import RewardModel
+
+__all__ = [
+    "REWARDS",
+    "BatchScores",
+    "RewardModel",
+    "combined",
+    "compose",
+    "get",
+    "names",
+    "overlong_buffer_penalty",
+    "overlong_penalty",
+    "score_batch",
+]
+
+
+def get(name: str) -> Callable[..., Any]:
+    """The reward registered as ``name`` (or at ``"pkg.module:function"``)."""
+    return REWARDS.get(name)
+
+
+def names() -> list[str]:
+    """Sorted names of the registered rewards."""
+    return REWARDS.names()
+
+
+def __getattr__(name: str) -> Any:
+    # RewardModel pulls in transformers; worker processes that only verify math skip it.
+    if name == "RewardModel":
+        from rewards.reward_model import RewardModel
+
+        return RewardModel
+    raise AttributeError(f"module 'rewards' has no attribute {name!r}")

@@ -1,0 +1,236 @@
+"""Score a batch of responses: one score per input, in order, whatever happens.
+
+:func:`score_batch` is what the trainer and the evaluation harness call. Every
+reward call runs under a time limit; a call that raises, returns something
+that is not a finite number (or a dict with one under ``"score"``), or runs out
+of time scores ``0.0`` and is counted, so a bad answer or a buggy reward never
+stops a run and never silently drops a row.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import numbers
+import pickle
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rewards.time_limit import RewardTimeout, call_with_time_limit
+from rewards.worker_pool import CallResult, RewardWorkerPool
+from rlkit.registry import REWARDS
+
+logger = logging.getLogger(__name__)
+
+# Worker pools outlive a call (starting processes takes seconds); a few are kept.
+_MAX_CACHED_POOLS = 4
+_pools: OrderedDict[tuple[bytes, int], RewardWorkerPool] = OrderedDict()
+
+
+@dataclass
+class BatchScores:
+    """Scores of a batch and what went wrong while computing them.
+
+    Attributes:
+        scores: one float per input, in input order; ``0.0`` for failed calls.
+        infos: one dict per input: the extra fields a reward returned next to
+            ``"score"``, or ``{"error": message}`` for a failed call.
+        num_errors: calls that raised, returned an invalid value, or lost their worker.
+        num_timeouts: calls that ran out of time.
+    """
+
+    scores: list[float]
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    num_errors: int = 0
+    num_timeouts: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers to log.
+
+        Returns:
+            ``reward/num_errors``, ``reward/num_timeouts``; for a non-empty batch
+            also ``reward/mean``, ``reward/min``, ``reward/max``; and
+            ``reward/<field>``, the mean of every numeric extra field over the
+            rows that have it (strings such as ``error`` are not averaged).
+        """
+        out = {
+            "reward/num_errors": float(self.num_errors),
+            "reward/num_timeouts": float(self.num_timeouts),
+        }
+        if self.scores:
+            out["reward/mean"] = sum(self.scores) / len(self.scores)
+            out["reward/min"] = min(self.scores)
+            out["reward/max"] = max(self.scores)
+        for key, values in _numeric_fields(self.infos).items():
+            out[f"reward/{key}"] = sum(values) / len(values)
+        return out
+
+
+def _numeric_fields(infos: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    fields: dict[str, list[float]] = {}
+    for info in infos:
+        for key, value in info.items():
+            if isinstance(value, numbers.Real) and math.isfinite(value):
+                fields.setdefault(key, []).append(float(value))
+    return fields
+
+
+def _to_score(value: Any) -> tuple[float, dict[str, Any]]:
+    """Split a reward's return value into (score, extra fields); raise if invalid."""
+    info: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        if "score" not in value:
+            raise ValueError(f"reward returned a dict without a 'score' key: {sorted(value)}")
+        info = {k: v for k, v in value.items() if k != "score"}
+        value = value["score"]
+    if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
+        raise TypeError(f"reward returned {type(value).__name__}; expected a float")
+    score = float(value)
+    if not math.isfinite(score):
+        raise ValueError(f"reward returned a non-finite score {score}")
+    return score, info
+
+
+def _resolve(reward: str | Callable[..., Any]) -> Callable[..., Any]:
+    if isinstance(reward, str):
+        return REWARDS.get(reward)
+    if callable(reward):
+        return reward
+    raise TypeError(f"reward must be a registered name or a callable, got {reward!r}")
+
+
+def _check_inputs(
+    responses: Sequence[str], ground_truths: Sequence[str], extras: Sequence[Mapping] | None
+) -> list[Mapping[str, Any]]:
+    for name, seq in (("responses", responses), ("ground_truths", ground_truths)):
+        if isinstance(seq, str) or not isinstance(seq, Sequence):
+            raise TypeError(f"{name} must be a list of strings, got {type(seq).__name__}")
+    if len(responses) != len(ground_truths):
+        raise ValueError(
+            f"{len(responses)} responses but {len(ground_truths)} ground truths; "
+            f"pass one ground truth per response (repeat it for grouped samples)"
+        )
+    bad = next((i for i, r in enumerate(responses) if not isinstance(r, str)), None)
+    if bad is not None:
+        raise TypeError(f"responses[{bad}] is {type(responses[bad]).__name__}; decode it first")
+    if extras is None:
+        return [{}] * len(responses)
+    if len(extras) != len(responses):
+        raise ValueError(f"{len(extras)} extras for {len(responses)} responses; pass one each")
+    return list(extras)
+
+
+def _shared_pool(reward: str | Callable[..., Any], num_workers: int) -> RewardWorkerPool:
+    try:
+        key = (pickle.dumps(reward), num_workers)
+    except Exception:  # unpicklable: let the pool raise its explanatory error
+        return RewardWorkerPool(reward, num_workers)
+    if key in _pools:
+        _pools.move_to_end(key)
+        return _pools[key]
+    pool = RewardWorkerPool(reward, num_workers)
+    _pools[key] = pool
+    if len(_pools) > _MAX_CACHED_POOLS:
+        _pools.popitem(last=False)[1].close()
+    return pool
+
+
+@atexit.register
+def close_pools() -> None:
+    """Stop the worker processes :func:`score_batch` keeps between calls."""
+    while _pools:
+        _pools.popitem()[1].close()
+
+
+def _score_inline(
+    fn: Callable[..., Any], calls: list[tuple[str, str, Mapping]], timeout_s: float | None
+) -> list[CallResult]:
+    results = []
+    for response, ground_truth, extra in calls:
+        try:
+            value = call_with_time_limit(fn, timeout_s, response, ground_truth, **extra)
+            results.append(CallResult("ok", value))
+        except RewardTimeout:
+            results.append(CallResult("timeout", message="time limit exceeded"))
+        except Exception as exc:
+            results.append(CallResult("error", message=f"{type(exc).__name__}: {exc}"))
+    return results
+
+
+def score_batch(
+    reward: str | Callable[..., Any],
+    responses: Sequence[str],
+    ground_truths: Sequence[str],
+    extras: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    timeout_s: float | None = 5.0,
+    num_workers: int = 0,
+) -> BatchScores:
+    """Score ``responses`` against ``ground_truths`` with one reward.
+
+    Args:
+        reward: a registered name (``"gsm8k"``), a ``"pkg.module:function"``
+            path, or a callable ``fn(response, ground_truth, **extra)`` returning
+            a float or a dict with a ``"score"`` key.
+        responses: the decoded responses, length B.
+        ground_truths: the reference answers, length B.
+        extras: per-row keyword arguments for the reward (length B), e.g.
+            ``{"response_length": 812}`` for length shaping; ``None`` for none.
+        timeout_s: time limit of each call in seconds; ``None`` for none.
+        num_workers: ``0`` scores in this process, each call limited by
+            ``SIGALRM`` (interrupts Python code, not one long C call; main
+            thread only). ``>= 1`` scores in that many worker processes, kept
+            between calls; an overrunning call's worker is killed and replaced,
+            which bounds any hang. Use ``>= 1`` for untrusted model output at scale.
+
+    Returns:
+        :class:`BatchScores` with exactly B scores and B infos, in input order.
+
+    Raises:
+        TypeError, ValueError: the inputs do not line up (lengths, types) or
+            ``timeout_s`` / ``num_workers`` are invalid.
+        UnknownNameError: ``reward`` names no registered reward.
+    """
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be > 0 seconds or None (no limit), got {timeout_s!r}")
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    fn = _resolve(reward)
+    calls = list(zip(responses, ground_truths, _check_inputs(responses, ground_truths, extras)))
+    if num_workers == 0 or not calls:
+        results = _score_inline(fn, calls, timeout_s)
+    else:
+        results = _shared_pool(reward, num_workers).map(calls, timeout_s)
+    return _gather(results)
+
+
+def _gather(results: list[CallResult]) -> BatchScores:
+    batch = BatchScores(scores=[], infos=[])
+    failures = []
+    for result in results:
+        status, message = result.status, result.message
+        if status == "ok":
+            try:
+                score, info = _to_score(result.value)
+            except (TypeError, ValueError) as exc:
+                status, message = "error", f"{type(exc).__name__}: {exc}"
+        if status != "ok":
+            score, info = 0.0, {"error": message}
+            batch.num_timeouts += status == "timeout"
+            batch.num_errors += status == "error"
+            failures.append(message)
+        batch.scores.append(score)
+        batch.infos.append(info)
+    if failures:
+        logger.warning(
+            "%d of %d reward calls scored 0 (%d errors, %d timeouts); first: %s",
+            len(failures),
+            len(results),
+            batch.num_errors,
+            batch.num_timeouts,
+            failures[0],
+        )
+    return batch

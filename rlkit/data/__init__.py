@@ -1,0 +1,49 @@
+"""Prompt data: load prompt datasets into rlkit's schema, render them, name the shared sets.
+
+- :func:`load_prompt_dataset` / :func:`write_parquet`: JSON Lines, Parquet or hub
+  datasets to ``id``, ``prompt`` (chat messages), ``ground_truth``, ``data_source``;
+- :func:`render_prompt`: messages to model text (chat template or plain);
+- :data:`SHARED_DATASETS` / :func:`shared_dataset_path` / :func:`load_shared_dataset`:
+  GSM8K, AIME 2024/2025 and MATH-500 from the shared data folder, with their rewards.
+"""
+
+from rlkit.data.chat_rendering import render_prompt
+from rlkit.data.instructions import BOXED_INSTRUCTION, GSM8K_INSTRUCTION
+from rlkit.data.prompt_dataset import (
+    LoadReport,
+    PromptDataError,
+    load_prompt_dataset,
+    load_report,
+    write_parquet,
+)
+from rlkit.data.prompt_schema import COLUMNS, FEATURES, build_messages
+from rlkit.data.shared_datasets import (
+    SHARED_DATASETS,
+    SharedDataset,
+    UnknownSharedDatasetError,
+    load_shared_dataset,
+    shared_data_dir,
+    shared_dataset,
+    shared_dataset_path,
+)
+
+__all__ = [
+    "BOXED_INSTRUCTION",
+    "COLUMNS",
+    "FEATURES",
+    "GSM8K_INSTRUCTION",
+    "SHARED_DATASETS",
+    "LoadReport",
+    "PromptDataError",
+    "SharedDataset",
+    "UnknownSharedDatasetError",
+    "build_messages",
+    "load_prompt_dataset",
+    "load_report",
+    "load_shared_dataset",
+    "render_prompt",
+    "shared_data_dir",
+    "shared_dataset",
+    "shared_dataset_path",
+    "write_parquet",
+]

@@ -1,0 +1,38 @@
+"""Turn a prompt's chat messages into the text a model is given."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlkit.data.prompt_schema import message_problem
+
+
+def render_prompt(
+    messages: Sequence[Mapping[str, str]], tokenizer: Any, *, use_chat_template: bool = True
+) -> str:
+    """The text of a prompt, ready to tokenise and continue.
+
+    Args:
+        messages: chat messages ``[{"role": ..., "content": ...}, ...]``.
+        tokenizer: a Hugging Face tokenizer (may be ``None`` when
+            ``use_chat_template`` is ``False``).
+        use_chat_template: apply the tokenizer's chat template (with the
+            generation prompt) when it has one.
+
+    Returns:
+        The chat template's output; without a template, the messages as
+        ``"role: content"`` lines followed by ``"assistant:"`` for the model to continue.
+
+    Raises:
+        ValueError: ``messages`` is not a non-empty list of role/content dicts.
+    """
+    problem = message_problem(messages)
+    if problem is not None:
+        raise ValueError(f"cannot render prompt: {problem}")
+    if use_chat_template and getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+        )
+    lines = [f"{m['role']}: {m['content']}" for m in messages]
+    return "\n".join([*lines, "assistant:"])

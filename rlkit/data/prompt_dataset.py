@@ -1,0 +1,320 @@
+"""Load prompt datasets into rlkit's prompt schema and write them as Parquet.
+
+Sources: a JSON Lines file (``.jsonl``, ``.ndjson``, ``.json`` with one object
+per line), a Parquet file, a folder holding ``<split>.jsonl`` or
+``<split>.parquet``, or a Hugging Face hub name (``datasets.load_dataset``).
+Each row needs a question and an answer (``question_key`` / ``answer_key``)
+and becomes ``id``, ``prompt`` (chat messages), ``ground_truth`` and
+``data_source`` (see :mod:`rlkit.data.prompt_schema`). Rows already in that
+schema, or in verl's (``prompt`` + ``reward_model.ground_truth``), are taken
+as they are, so files written by :func:`write_parquet` load back unchanged.
+
+A malformed row (invalid JSON, missing or empty question, missing, empty or
+non-string answer, duplicate id) raises :class:`PromptDataError` naming the
+file, the 1-based line (or row) and the problem; with ``on_error="skip"`` it
+is skipped, and :func:`load_report` tells how many rows were skipped and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from rlkit.data.prompt_schema import COLUMNS, FEATURES, build_messages, message_problem
+
+logger = logging.getLogger(__name__)
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+PARQUET_SUFFIXES = (".parquet",)
+ON_ERROR = ("raise", "skip")
+_SPLIT_NAMES = ("train", "test", "validation", "val", "dev", "eval")
+_REPORT_KEY = "rlkit.load_report"
+_MAX_REPORTED = 100
+
+
+class PromptDataError(ValueError):
+    """A prompt dataset that cannot be loaded: the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What :func:`load_prompt_dataset` did with a source.
+
+    Attributes:
+        source: the file or hub name read.
+        num_rows: rows in the returned dataset.
+        num_skipped: malformed rows skipped (``on_error="skip"``).
+        skipped: ``"<file>:<line>: <problem>"`` for the first 100 skipped rows.
+    """
+
+    source: str
+    num_rows: int
+    num_skipped: int
+    skipped: tuple[str, ...] = ()
+
+
+def load_report(dataset: datasets.Dataset) -> LoadReport:
+    """The :class:`LoadReport` stored in a dataset by :func:`load_prompt_dataset`.
+
+    It lives in ``dataset.info.description`` (JSON), so it survives ``map``,
+    ``select`` and ``save_to_disk``.
+
+    Raises:
+        ValueError: the dataset was not made by :func:`load_prompt_dataset`.
+    """
+    try:
+        data = json.loads(dataset.info.description or "")[_REPORT_KEY]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            "this dataset carries no load report (not from load_prompt_dataset)"
+        ) from exc
+    return LoadReport(data["source"], data["num_rows"], data["num_skipped"], tuple(data["skipped"]))
+
+
+class _RowProblem(Exception):
+    """One row's problem, turned into a PromptDataError or a skip by the caller."""
+
+
+# -- reading sources: (location, raw row or problem) --------------------------
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    # Split on b"\n" ourselves: str.splitlines would also split on U+2028 in strings.
+    for lineno, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+        where = f"{path}:{lineno}"
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError as exc:
+            yield where, _RowProblem(f"not UTF-8 ({exc.reason} at byte {exc.start})")
+            continue
+        if not line:
+            continue
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield where, _RowProblem(f"invalid JSON ({exc.msg} at column {exc.colno})")
+
+
+def _table_rows(rows: Any, label: str) -> Iterator[tuple[str, Any]]:
+    for i, row in enumerate(rows, start=1):
+        yield f"{label} row {i}", row
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return _table_rows(pq.read_table(path).to_pylist(), str(path))
+
+
+def _local_file(path: Path, split: str) -> Path:
+    if not path.is_dir():
+        return path
+    for suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES):
+        if (path / f"{split}{suffix}").is_file():
+            return path / f"{split}{suffix}"
+    have = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
+    raise FileNotFoundError(f"{path} has no {split}.jsonl or {split}.parquet (it has {have})")
+
+
+def _rows(path_or_name: str, split: str) -> tuple[str, Iterator[tuple[str, Any]]]:
+    path = Path(path_or_name).expanduser()
+    if path.exists():
+        path = _local_file(path, split)
+        if path.suffix in PARQUET_SUFFIXES:
+            return str(path), _parquet_rows(path)
+        if path.suffix in JSONL_SUFFIXES:
+            return str(path), _jsonl_rows(path)
+        raise PromptDataError(
+            f"{path}: unsupported file type {path.suffix!r}; use JSON Lines "
+            f"({', '.join(JSONL_SUFFIXES)}) or Parquet"
+        )
+    if path.suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES) or path_or_name.startswith(
+        ("/", ".", "~")
+    ):
+        raise FileNotFoundError(f"{path_or_name}: no such file")
+    hub = datasets.load_dataset(path_or_name, split=split)
+    return f"{path_or_name}[{split}]", _table_rows(hub, f"{path_or_name}[{split}]")
+
+
+# -- mapping one row to the schema -------------------------------------------
+def _default_source(source: str) -> str:
+    path = Path(source.split("[")[0])
+    if path.suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES):
+        # ".../gsm8k/test.jsonl" names its data set by the folder, not the split.
+        return path.parent.name if path.stem in _SPLIT_NAMES and path.parent.name else path.stem
+    return source.split("[")[0]
+
+
+def _string_field(row: Mapping[str, Any], key: str, what: str, hint: str) -> str:
+    if key not in row:
+        raise _RowProblem(f"missing {what} key {key!r} (keys: {', '.join(map(str, row))}); {hint}")
+    value = row[key]
+    if not isinstance(value, str):
+        raise _RowProblem(
+            f"{what} {key!r} is {type(value).__name__} {value!r:.40}, expected a string; "
+            f"write it as a JSON string"
+        )
+    if not value.strip():
+        raise _RowProblem(f"empty {what} {key!r}")
+    return value
+
+
+def _standard_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The row as-is if it is already in rlkit's (or verl's) schema, else None."""
+    truth = row.get("ground_truth")
+    if truth is None and isinstance(row.get("reward_model"), Mapping):
+        truth = row["reward_model"].get("ground_truth")
+    if "prompt" not in row or truth is None:
+        return None
+    problem = message_problem(row["prompt"])
+    if problem is not None:
+        raise _RowProblem(problem)
+    if not isinstance(truth, str) or not truth.strip():
+        raise _RowProblem(f"ground_truth must be a non-empty string, got {truth!r:.40}")
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    return {
+        "id": row.get("id", extra.get("index")),
+        "prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+        "ground_truth": truth.strip(),
+        "data_source": row.get("data_source"),
+    }
+
+
+def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(row, Mapping):
+        raise _RowProblem(f"expected a JSON object, got {type(row).__name__}")
+    example = None if keys["question"] in row else _standard_row(row)
+    if example is None:
+        question = _string_field(row, keys["question"], "question", "set question_key=")
+        answer = _string_field(row, keys["answer"], "answer", "set answer_key=")
+        example = {
+            "id": row.get(keys["id"]),
+            "prompt": build_messages(question, **options),
+            "ground_truth": answer.strip(),
+            "data_source": None,
+        }
+    if example["id"] is not None and not isinstance(example["id"], str | int):
+        raise _RowProblem(f"id is {type(example['id']).__name__}, expected a string or integer")
+    return example
+
+
+def _collect(
+    rows: Iterator[tuple[str, Any]],
+    keys: dict[str, str],
+    options: dict[str, Any],
+    sources: tuple[str | None, str],
+    on_error: str,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    explicit, default = sources
+    examples: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    seen: dict[str, str] = {}
+    for where, row in rows:
+        try:
+            if isinstance(row, _RowProblem):
+                raise row
+            example = _to_example(row, keys, options)
+            source = explicit or example["data_source"] or default
+            example["data_source"] = source
+            if example["id"] is None:
+                example["id"] = f"{source}-{len(examples)}"
+            example["id"] = str(example["id"])
+            if example["id"] in seen:
+                raise _RowProblem(
+                    f"duplicate id {example['id']!r} (first at {seen[example['id']]})"
+                )
+        except _RowProblem as problem:
+            if on_error == "raise":
+                raise PromptDataError(
+                    f"{where}: {problem}; fix the row or pass on_error='skip'"
+                ) from None
+            skipped.append(f"{where}: {problem}")
+            continue
+        seen[example["id"]] = where
+        examples.append(example)
+    return examples, skipped
+
+
+def load_prompt_dataset(
+    path_or_name: str,
+    *,
+    split: str = "train",
+    question_key: str = "question",
+    answer_key: str = "answer",
+    id_key: str = "id",
+    data_source: str | None = None,
+    instruction: str | None = None,
+    system_prompt: str | None = None,
+    on_error: str = "raise",
+) -> datasets.Dataset:
+    """Load prompts into rlkit's schema (``id``, ``prompt``, ``ground_truth``, ``data_source``).
+
+    Args:
+        path_or_name: a JSON Lines or Parquet file, a folder with
+            ``<split>.jsonl`` / ``<split>.parquet``, or a hub dataset name.
+        split: the split of a folder or hub dataset (ignored for a file).
+        question_key: the column holding the question.
+        answer_key: the column holding the reference answer (a string).
+        id_key: the column holding the id; rows without one get
+            ``"<data_source>-<i>"``, i the 0-based index among loaded rows.
+        data_source: the ``data_source`` of every row; default: the row's own
+            (schema rows), else the folder name for ``<folder>/<split>.jsonl``,
+            the file stem for other files, or the hub name.
+        instruction: appended to each question (or a template with ``{question}``),
+            e.g. :data:`rlkit.data.GSM8K_INSTRUCTION`.
+        system_prompt: a system message put before each question.
+        on_error: ``"raise"`` on the first malformed row, or ``"skip"`` it
+            (the count and reasons are in :func:`load_report`).
+
+    Returns:
+        A ``datasets.Dataset`` with the four schema columns, rows in file order.
+
+    Raises:
+        PromptDataError: a malformed row (``on_error="raise"``), an unsupported
+            file type, or no usable rows at all.
+        FileNotFoundError: a path that does not exist.
+    """
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    source, rows = _rows(path_or_name, split)
+    keys = {"question": question_key, "answer": answer_key, "id": id_key}
+    options = {"instruction": instruction, "system_prompt": system_prompt}
+    sources = (data_source, _default_source(source))
+    examples, skipped = _collect(rows, keys, options, sources, on_error)
+    if not examples:
+        why = f"; all {len(skipped)} rows were malformed, first: {skipped[0]}" if skipped else ""
+        raise PromptDataError(f"{source}: no prompts to load{why}")
+    if skipped:
+        logger.warning("%s: skipped %d malformed rows; first: %s", source, len(skipped), skipped[0])
+    report = LoadReport(source, len(examples), len(skipped), tuple(skipped[:_MAX_REPORTED]))
+    description = json.dumps({_REPORT_KEY: asdict(report)})
+    info = datasets.DatasetInfo(description=description, features=FEATURES)
+    return datasets.Dataset.from_list(examples, features=FEATURES, info=info)
+
+
+def write_parquet(dataset: datasets.Dataset, path: str | Path) -> Path:
+    """Write a prompt-schema dataset to Parquet (as verl's preprocessing scripts do).
+
+    Args:
+        dataset: a dataset with at least the schema columns.
+        path: the ``.parquet`` file to write; parent folders are created.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: a schema column is missing.
+    """
+    missing = [c for c in COLUMNS if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"dataset lacks schema column(s) {', '.join(missing)}; build it with load_prompt_dataset"
+        )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dataset.to_parquet(str(path))
+    return path

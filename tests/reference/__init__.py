@@ -1,0 +1,1 @@
+"""Slow, obviously-correct reference implementations used by the tests and benchmarks."""
