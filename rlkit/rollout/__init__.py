@@ -3,3 +3,6 @@
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
 
 __all__ = ["PolicyWeights", "RolloutBatch", "RolloutEngine", "SamplingParams"]
+
+# Built-in engines register themselves on import.
+from rlkit.rollout import hf_engine  # noqa: E402,F401

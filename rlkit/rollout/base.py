@@ -3,13 +3,17 @@
 Every engine (Hugging Face ``generate``, SGLang servers, ...) returns the same
 :class:`RolloutBatch`, so the trainer cannot tell engines apart except by speed.
 Engines are registered by name in :data:`rlkit.registry.ROLLOUT_ENGINES`; the
-registered callable is a factory ``(**config) -> RolloutEngine``.
+registered callable is a factory called by the trainer as
+``factory(model_path=..., tokenizer=..., weights=..., seed=..., **engine_options)``
+(``weights`` is the trainer's :class:`PolicyWeights`) returning a
+:class:`RolloutEngine`; ``engine_options`` come from the gin config.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -82,8 +86,13 @@ class PolicyWeights(Protocol):
     def version(self) -> int:
         """The number of optimizer steps these weights have seen."""
 
-    def live_module(self) -> torch.nn.Module:
-        """The trainer's own (possibly sharded) module, for in-process engines."""
+    def generation_context(self) -> AbstractContextManager[tuple[torch.nn.Module, dict[str, Any]]]:
+        """For in-process engines: yields ``(hf_model, extra_generate_kwargs)``.
+
+        ``hf_model`` is the trainer's live Hugging Face model (possibly sharded;
+        inside the context ``hf_model.generate(**kwargs, **extra_generate_kwargs)``
+        works, e.g. with ``synced_gpus=True`` under FSDP). A collective under FSDP.
+        """
 
     def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Full (unsharded) Hugging Face parameter names and tensors, on CPU.

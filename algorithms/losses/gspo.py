@@ -1,0 +1,100 @@
+"""``gspo``: Group Sequence Policy Optimization (arXiv:2507.18071), token form.
+
+The importance ratio is the length-normalised *sequence* ratio::
+
+    log s_b = Σ_t Δ_{b,t} m_{b,t} / max(n_b, 1)
+    log s_{b,t} = sg(log s_b) + log π_θ(y_t) − sg(log π_θ(y_t)),  clamped to <= 10
+    L = max(−A·s_{b,t}, −A·clip(s_{b,t}, 1 − ε_low, 1 + ε_high))
+
+(GSPO-token: the value is s_b for every token, the gradient flows per token.)
+No dual clip. The paper uses ε_low = 3e-4, ε_high = 4e-4 (set them in the
+preset; the defaults here are the common ε = 0.2).
+
+Difference from verl: verl *ignores* ``loss_agg_mode`` and always aggregates
+with ``seq-mean-token-mean``; rlkit honours the argument. Pass
+``loss_agg_mode="seq-mean-token-mean"`` for verl's numbers.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from algorithms.aggregation import Normaliser, mask_weights
+from algorithms.losses.arguments import check_inputs, clip_bounds, reject_unknown_options
+from algorithms.losses.ratio import clipped_surrogate, log_ratio, valid_tokens
+from algorithms.losses.reduction import policy_metrics, reduce_token_loss
+from rlkit.registry import POLICY_LOSSES
+
+#: verl's clamp on the log sequence ratio before ``exp``.
+LOG_SEQ_RATIO_MAX = 10.0
+
+
+@POLICY_LOSSES.register("gspo", paper="arXiv:2507.18071")
+def gspo(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    response_mask: Tensor,
+    *,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio: float = 0.2,
+    clip_ratio_low: float | None = None,
+    clip_ratio_high: float | None = None,
+    clip_ratio_c: float = 3.0,
+    rollout_is_weights: Tensor | None = None,
+    num_tokens: Normaliser = None,
+    num_seqs: Normaliser = None,
+    norm_length: Normaliser = None,
+    **options: object,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """GSPO: PPO clip on the length-normalised sequence importance ratio.
+
+    s_b = exp(mean_t Δ) (value), per-token gradient of log π_θ; L = max(−A·s,
+    −A·clip(s, 1 − ε_low, 1 + ε_high)). arXiv:2507.18071. verl forces
+    ``seq-mean-token-mean``; rlkit honours ``loss_agg_mode``.
+
+    Args:
+        old_log_prob: (B, T) log π_old of the sampled tokens.
+        log_prob: (B, T) log π_θ (with gradient).
+        advantages: (B, T) A (GSPO assumes one advantage per sequence).
+        response_mask: (B, T) mask.
+        loss_agg_mode: aggregation; verl forces ``seq-mean-token-mean``.
+        clip_ratio, clip_ratio_low, clip_ratio_high: ε, ε_low, ε_high of the
+            sequence-ratio clip.
+        clip_ratio_c: unused (GSPO has no dual clip); accepted for the shared signature.
+        rollout_is_weights: (B, T) detached weights multiplying the per-token loss.
+        num_tokens, num_seqs, norm_length: the mini-batch's global normalisers.
+        **options: none; any key raises TypeError.
+
+    Returns:
+        loss: 0-dim tensor.
+        metrics: ``pg_clipfrac`` (the clip binds), ``ppo_kl`` (mean −Δ over
+        tokens), ``pg_clipfrac_lower`` (always 0).
+    """
+    reject_unknown_options("gspo", options)
+    check_inputs("gspo", old_log_prob, log_prob, advantages, response_mask, rollout_is_weights)
+    low, high = clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
+    valid = valid_tokens(response_mask)
+    weights = mask_weights(response_mask, log_prob.dtype)
+    delta = log_ratio(log_prob.detach(), old_log_prob, valid, clamp=False)
+    seq_log_ratio = (delta * weights).sum(dim=-1) / weights.sum(dim=-1).clamp(min=1.0)
+    # GSPO-token: the value of every token's log-ratio is log s_b, its gradient 1.
+    loss_mat, clipped, _, _ = clipped_surrogate(
+        log_prob,
+        seq_log_ratio.detach()[:, None],
+        advantages,
+        valid,
+        low=low,
+        high=high,
+        bounds=(None, LOG_SEQ_RATIO_MAX),
+    )
+    loss = reduce_token_loss(
+        loss_mat,
+        weights,
+        loss_agg_mode,
+        rollout_is_weights,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+        norm_length=norm_length,
+    )
+    return loss, policy_metrics(response_mask, weights, delta, clipped=clipped)

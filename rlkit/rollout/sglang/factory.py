@@ -1,0 +1,101 @@
+"""``ROLLOUT_ENGINES["sglang"]``: the factory the trainer calls, kept free of heavy imports.
+
+Importing this module (which ``import rlkit.rollout.sglang`` does) registers the
+name without importing aiohttp or SGLang, so ``rlkit list rollout_engines`` works
+where SGLang is not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rlkit.registry import ROLLOUT_ENGINES
+
+
+@ROLLOUT_ENGINES.register(
+    "sglang",
+    summary="SGLang servers (started, attached by URL, or behind sglang-router)",
+)
+def make_sglang_engine(
+    *,
+    model_path: str | None = None,
+    tokenizer: Any = None,
+    weights: Any = None,
+    seed: int | None = None,
+    num_servers: int = 1,
+    urls: Sequence[str] = (),
+    router_url: str | None = None,
+    device: str = "cuda",
+    dtype: str = "auto",
+    tp_size: int = 1,
+    base_gpu_id: int = 0,
+    mem_fraction_static: float | None = None,
+    max_total_tokens: int | None = None,
+    attention_backend: str | None = None,
+    server_args: Sequence[str] = (),
+    server_env: dict[str, str] | None = None,
+    startup_timeout_s: float = 600.0,
+    **engine_options: Any,
+) -> Any:
+    """Build an :class:`~rlkit.rollout.sglang.engine.SGLangEngine`.
+
+    Called by the trainer as ``factory(model_path=..., tokenizer=..., weights=...,
+    seed=..., **engine_options)``; usable directly as
+    ``ROLLOUT_ENGINES.get("sglang")(model_path=DIR, num_servers=2, device="cpu", ...)``.
+
+    Args:
+        model_path: model directory; servers are started from it when ``num_servers > 0``.
+        tokenizer: its EOS id (and pad id, if different from EOS) always ends a response,
+            as in the HF engine.
+        weights: unused at construction (servers load ``model_path``).
+        seed: ``--random-seed`` of started servers (per-request seeds are not sent:
+            SGLang ignores them on CPU and rejects them with flashinfer sampling).
+        num_servers: servers to start (0 with ``urls`` / ``router_url``: attach only).
+        urls: servers started by someone else; with ``router_url``, the workers behind it.
+        router_url: an ``sglang-router`` address that all generation goes through.
+        device, dtype, tp_size, base_gpu_id, mem_fraction_static, max_total_tokens,
+            attention_backend: ``sglang.launch_server`` flags (see
+            :class:`~rlkit.rollout.sglang.server.ServerConfig`).
+        server_args: further ``launch_server`` flags, as strings.
+        server_env: extra environment variables for started servers.
+        startup_timeout_s: seconds a server may take to become healthy.
+        **engine_options: :class:`~rlkit.rollout.sglang.engine.SGLangEngine` arguments
+            (``max_concurrency``, ``request_timeout_s``, ``max_retries``,
+            ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``,
+            ``weight_sync``, ``sync_dir``, ``keep_snapshots``, ``bucket_mb``,
+            ``dist_backend``, ``dist_master_address``, ``log_prob_mode``,
+            ``extra_stop_token_ids``, ``vocab_size``, ``verify_sync``,
+            ``verify_tolerance``, ``log_dir``).
+    """
+    from rlkit.rollout.sglang.engine import SGLangEngine
+    from rlkit.rollout.sglang.server import ServerConfig
+
+    server = None
+    if model_path and num_servers > 0:
+        server = ServerConfig(
+            model_path=str(model_path),
+            tokenizer_path=str(model_path),
+            device=device,
+            dtype=dtype,
+            tp_size=tp_size,
+            base_gpu_id=base_gpu_id,
+            mem_fraction_static=mem_fraction_static,
+            max_total_tokens=max_total_tokens,
+            attention_backend=attention_backend,
+            random_seed=seed,
+            extra_args=tuple(str(a) for a in server_args),
+            env=dict(server_env or {}),
+            startup_timeout_s=startup_timeout_s,
+        )
+    stops = list(engine_options.pop("extra_stop_token_ids", ()))
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        stops.append(int(tokenizer.eos_token_id))
+    return SGLangEngine(
+        server=server,
+        num_servers=num_servers if server else 0,
+        urls=tuple(urls),
+        router_url=router_url,
+        extra_stop_token_ids=stops,
+        **engine_options,
+    )

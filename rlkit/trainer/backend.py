@@ -1,0 +1,570 @@
+"""The training backend: the only place where the trainer meets Accelerate and FSDP2.
+
+One process runs the model as a plain module; ``accelerate launch`` with several processes
+shards it with FSDP2 (``torch.distributed.fsdp.fully_shard``) through Accelerate's own
+``Accelerator.prepare`` path. On CPU-only machines a small shim
+(:mod:`rlkit.trainer.fsdp_cpu_shim`) makes Accelerate pick FSDP2 over gloo, which it
+otherwise refuses to do; on CUDA/NPU the shim does nothing. See ``docs/distributed.md``.
+
+Gradient semantics: FSDP2 (like DDP) AVERAGES gradients over processes. A trainer that
+normalises each process's loss by the GLOBAL normaliser (e.g. the token count of the whole
+global batch) and multiplies it by ``num_processes`` gets, after ``backward``, exactly the
+gradient of the global-batch loss::
+
+    loss_r = num_processes * sum_{tokens on r} l / N_global
+    mean_r grad(loss_r) = grad(sum_{all tokens} l / N_global)
+
+Sharded models: parameters are ``DTensor`` shards; ``full_state_dict`` gathers them,
+``save_sharded`` / ``load_sharded`` write and read one shard per process
+(``torch.distributed.checkpoint``), and ``generation_context`` makes
+``model.backbone.generate`` usable.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import uuid
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import (
+    FullyShardedDataParallelPlugin,
+    fsdp2_prepare_model,
+    get_int_from_env,
+    set_seed,
+)
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.tensor import DTensor
+
+from rlkit.trainer.fsdp_cpu_shim import enable_fsdp_on_cpu, has_accelerator
+
+STRATEGIES = ("auto", "fsdp2", "none")
+MIXED_PRECISIONS = ("no", "bf16", "fp16")
+_REDUCE_OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,  # divided afterwards: gloo has no AVG
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
+# Environment of a one-process torchrun launch; see `_single_process_launch_env`.
+_LAUNCH_VARS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+)
+
+
+def _launched() -> bool:
+    # torchrun / `accelerate launch --multi_gpu` set LOCAL_RANK; mpirun sets PMI_SIZE etc.
+    names = ("LOCAL_RANK", "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+    return any(name in os.environ for name in names)
+
+
+def _launched_world_size() -> int:
+    if dist.is_initialized():
+        return dist.get_world_size()
+    names = ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"]
+    return get_int_from_env(names, 1)
+
+
+def _choose_sharding(strategy: str, world_size: int, launched_with_fsdp: bool) -> bool:
+    """Whether to shard with FSDP2; raises for ``"none"`` with several processes."""
+    if strategy == "none" and (world_size > 1 or launched_with_fsdp):
+        raise ValueError(
+            f"strategy='none' runs one unsharded process, but {world_size} processes were "
+            "launched (or --use_fsdp was given); use strategy='auto' or 'fsdp2', or launch "
+            "one process without --use_fsdp."
+        )
+    return strategy == "fsdp2" or (strategy == "auto" and (world_size > 1 or launched_with_fsdp))
+
+
+def _warn_if_single_process_launch() -> None:
+    # `accelerate launch --num_processes N` without --multi_gpu on a machine without GPUs
+    # starts ONE process; it still exports MASTER_ADDR (and its ACCELERATE_* settings).
+    simple_launcher = "ACCELERATE_DYNAMO_BACKEND" in os.environ and "MASTER_ADDR" in os.environ
+    if simple_launcher and not _launched():
+        warnings.warn(
+            "accelerate launch started a single process although --num_processes > 1 was "
+            "requested: without GPUs add --multi_gpu (it starts the processes with torchrun; "
+            "rlkit then runs them on CPU with gloo). See docs/distributed.md.",
+            stacklevel=3,
+        )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _single_process_launch_env() -> dict[str, str | None]:
+    """Make this process look like a one-process torchrun launch; return the previous values.
+
+    FSDP2 needs a process group even with one process. Accelerate creates one only for a
+    launched process, so the variables torchrun would set are set here; on CUDA/NPU this
+    yields accelerate's ordinary one-process FSDP state.
+    """
+    previous = {name: os.environ.get(name) for name in _LAUNCH_VARS}
+    values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0"}
+    values |= {"LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    os.environ.update(values)
+    return previous
+
+
+def _restore_env(previous: dict[str, str | None]) -> None:
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _backbone_of(model: nn.Module) -> nn.Module:
+    backbone = getattr(model, "backbone", None)
+    if not isinstance(backbone, nn.Module):
+        raise TypeError(
+            f"{type(model).__name__} has no nn.Module at `.backbone`; the backend prepares rlkit "
+            "wrappers (e.g. ActorModule) that hold the Hugging Face model at `.backbone`."
+        )
+    return backbone
+
+
+def _layer_class_names(backbone: nn.Module) -> list[str]:
+    names = list(getattr(backbone, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(
+            f"{type(backbone).__name__} lists no decoder-layer classes in `_no_split_modules`, so "
+            "FSDP2 cannot wrap its layers; use a Hugging Face PreTrainedModel that sets it "
+            "(all decoder LMs do) or strategy='none' with one process."
+        )
+    return names
+
+
+def _plain_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    # accelerate's AcceleratedOptimizer wraps the real one at `.optimizer`.
+    return getattr(optimizer, "optimizer", optimizer)
+
+
+class TrainingBackend:
+    """Accelerate-managed training backend: plain module, or FSDP2 across processes.
+
+    Build exactly one per process (Accelerate's state is process-wide); :meth:`close`
+    releases it so a new one can be built.
+
+    Args:
+        strategy: ``"auto"`` shards with FSDP2 when there is more than one process (or the run
+            was launched with ``accelerate launch --use_fsdp``) and uses the plain module
+            otherwise; ``"fsdp2"`` always shards, also with a single process (a one-process
+            group is then created and destroyed by :meth:`close`); ``"none"`` never shards
+            and requires a single process.
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``. Under FSDP2 it becomes the
+            plugin's ``MixedPrecisionPolicy`` (parameters kept in fp32, computed in the low
+            precision); without sharding accelerate autocasts the forward.
+        reshard_after_forward: FSDP2: free the gathered decoder-layer parameters after each
+            forward (``True``, less memory) or keep them until backward (``False``, fewer
+            all-gathers).
+        cpu_offload: FSDP2: keep sharded parameters, gradients and optimizer state in host
+            memory (``CPUOffloadPolicy``). Needs an accelerator and sharding.
+        activation_checkpointing: recompute each decoder layer in backward. FSDP2: accelerate's
+            ``checkpoint_wrapper`` on the layers; plain: Hugging Face gradient checkpointing.
+        seed: if given, seeds Python, NumPy and torch identically on every process.
+
+    Attributes:
+        accelerator: the underlying ``accelerate.Accelerator``.
+        device: the device this process computes on.
+        process_index: this process's global rank.
+        num_processes: number of processes.
+        is_main_process: ``process_index == 0``.
+        is_sharded: ``True`` when FSDP2 is in use.
+    """
+
+    def __init__(
+        self,
+        *,
+        strategy: str = "auto",
+        mixed_precision: str = "no",
+        reshard_after_forward: bool = True,
+        cpu_offload: bool = False,
+        activation_checkpointing: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+        if mixed_precision not in MIXED_PRECISIONS:
+            raise ValueError(
+                f"unknown mixed_precision {mixed_precision!r}; choose one of {MIXED_PRECISIONS}"
+            )
+        # Decided from the launcher's environment, before any process group exists, so a
+        # refused configuration leaves nothing to tear down (re-creating a destroyed gloo
+        # group inside one torchrun job is unreliable).
+        cpu = not has_accelerator()
+        launched_with_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
+        sharded = _choose_sharding(strategy, _launched_world_size(), launched_with_fsdp)
+        if cpu_offload and (cpu or not sharded):
+            raise ValueError(
+                "cpu_offload=True moves FSDP2 shards from an accelerator to host memory; it needs "
+                f"an accelerator and sharding (accelerator found: {not cpu}, sharded: {sharded}). "
+                "Set cpu_offload=False."
+            )
+        _warn_if_single_process_launch()
+        self._closed = False
+        self._owns_process_group = not dist.is_initialized()
+        self._saved_use_fsdp = os.environ.get("ACCELERATE_USE_FSDP")
+        force_group = sharded and not _launched() and not dist.is_initialized()
+        self._saved_launch_env = _single_process_launch_env() if force_group else {}
+        plugin = None
+        if sharded:
+            plugin = FullyShardedDataParallelPlugin(
+                fsdp_version=2,
+                reshard_after_forward=reshard_after_forward,
+                cpu_offload=cpu_offload,
+                activation_checkpointing=activation_checkpointing,
+                auto_wrap_policy="transformer_based_wrap",
+                state_dict_type="SHARDED_STATE_DICT",
+            )
+        # cpu=True when there is no accelerator: otherwise a torchrun-launched process on a
+        # CPU-only machine is a lone process (DistributedType.NO); with it, accelerate uses gloo.
+        self.accelerator = Accelerator(cpu=cpu, mixed_precision=mixed_precision, fsdp_plugin=plugin)
+        if plugin is not None:
+            enable_fsdp_on_cpu(self.accelerator, plugin)
+            if not self.accelerator.is_fsdp2:
+                raise RuntimeError(
+                    "accelerate did not select FSDP2 (distributed type "
+                    f"{self.accelerator.distributed_type}); please report this with your "
+                    "accelerate version and launch command."
+                )
+        self.is_sharded = sharded
+        self.activation_checkpointing = activation_checkpointing
+        self.reshard_after_forward = reshard_after_forward
+        self.device: torch.device = self.accelerator.device
+        self.process_index: int = self.accelerator.process_index
+        self.num_processes: int = self.accelerator.num_processes
+        self.is_main_process: bool = self.accelerator.is_main_process
+        if seed is not None:
+            set_seed(seed)
+
+    # ------------------------------------------------------------------ models
+    def prepare(
+        self,
+        model: nn.Module,
+        optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+    ) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+        """Place (and under FSDP2 shard) a wrapper model and build its optimizer.
+
+        Under FSDP2 each decoder layer (classes in ``model.backbone._no_split_modules``) is
+        one FSDP unit and the wrapper is the root unit: the root owns the embeddings, final
+        norm and LM head, and gathers them in its pre-forward hook, so a wrapper forward that
+        reads ``backbone.lm_head.weight`` directly (bypassing ``lm_head.forward``) sees the
+        full matrix. Tied embeddings stay one parameter in the root unit. A frozen model's
+        root is resharded after each forward (with ``reshard_after_forward``), a trained
+        model's root stays gathered from forward to backward (FSDP2's default for roots).
+
+        Args:
+            model: rlkit wrapper ``nn.Module`` holding a Hugging Face ``PreTrainedModel`` at
+                ``.backbone``. Sharded in place.
+            optimizer_factory: builds the optimizer from the trainable parameters (those with
+                ``requires_grad``); ``None`` for frozen models (e.g. the reference policy).
+
+        Returns:
+            ``(model, optimizer)``: the prepared model (the same object under FSDP2), and the
+            optimizer wrapped by accelerate, or ``None`` without a factory.
+        """
+        backbone = _backbone_of(model)
+        if self.is_sharded:
+            self.accelerator.state.fsdp_plugin.transformer_cls_names_to_wrap = _layer_class_names(
+                backbone
+            )
+            if optimizer_factory is None:
+                # Accelerator.prepare demands an optimizer under FSDP2 (to remap its
+                # parameters); a frozen model has none, so call the function it would call.
+                model = fsdp2_prepare_model(self.accelerator, model)
+                # The root otherwise keeps embeddings and LM head gathered after forward,
+                # waiting for a backward that a frozen model never runs.
+                model.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
+                return model, None
+        elif self.activation_checkpointing and optimizer_factory is not None:
+            backbone.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        if optimizer_factory is None:
+            return self.accelerator.prepare(model), None
+        optimizer = optimizer_factory([p for p in model.parameters() if p.requires_grad])
+        model, optimizer = self.accelerator.prepare(model, optimizer)
+        return model, optimizer
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """Return the wrapper module itself (under FSDP2 the same object, still sharded).
+
+        Args:
+            model: a model returned by :meth:`prepare`.
+
+        Returns:
+            The model without accelerate's wrappers.
+        """
+        return self.accelerator.unwrap_model(model)
+
+    # ---------------------------------------------------------------- training
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backpropagate ``loss``; under FSDP2 gradients are then AVERAGED over processes.
+
+        Args:
+            loss: scalar loss of this process. For global-batch semantics normalise it by the
+                global normaliser and multiply it by ``num_processes`` (module docstring).
+        """
+        self.accelerator.backward(loss)
+
+    def clip_grad_norm_(self, model: nn.Module, max_norm: float) -> torch.Tensor:
+        """Clip gradients in place to a global L2 norm of at most ``max_norm``.
+
+        Args:
+            model: a prepared model whose gradients are clipped (DTensor or plain).
+            max_norm: largest allowed total norm.
+
+        Returns:
+            Scalar tensor: the total gradient L2 norm before clipping, over all parameters of
+            all processes (identical on every process); ``inf``/``nan`` are returned as is.
+        """
+        # Not accelerator.clip_grad_norm_: under FSDP it compares parameter lists with `==`,
+        # which raises once two prepared models have equally many parameters (actor and
+        # reference policy). torch's own clip is DTensor-aware: the norm of sharded gradients
+        # is a partial DTensor that is all-reduced when used.
+        self.accelerator.unscale_gradients()
+        params = [p for p in model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+    # ------------------------------------------------------------ collectives
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """Reduce a tensor over processes.
+
+        Args:
+            tensor: any shape; left unchanged.
+            op: ``"sum"``, ``"max"``, ``"min"`` or ``"mean"`` (the sum divided by
+                ``num_processes``, so integer tensors come back as floats).
+
+        Returns:
+            The reduced tensor (same shape and device as ``tensor``). With one process the
+            input itself is returned.
+        """
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"unknown reduce op {op!r}; choose one of {tuple(_REDUCE_OPS)}")
+        if self.num_processes == 1:
+            return tensor
+        reduced = tensor.detach().to(self.device, copy=True)
+        dist.all_reduce(reduced, op=_REDUCE_OPS[op])
+        if op == "mean":
+            reduced = reduced / self.num_processes
+        return reduced.to(tensor.device)
+
+    def barrier(self) -> None:
+        """Wait until every process reaches this point."""
+        self.accelerator.wait_for_everyone()
+
+    # -------------------------------------------------------------- generation
+    @contextmanager
+    def generation_context(self, model: nn.Module) -> Iterator[dict[str, Any]]:
+        """Make ``model.backbone.generate(...)`` work on a (possibly sharded) model.
+
+        Under FSDP2 the root unit (embeddings, final norm, LM head) is gathered for the
+        duration, because ``generate`` calls the backbone and never enters the root's forward
+        hook; decoder layers gather and free themselves in their own hooks at every step.
+        ``synced_gpus=True`` keeps every process stepping until all have finished, since a
+        process that stopped early would leave the others waiting in an all-gather.
+
+        Args:
+            model: a model returned by :meth:`prepare`.
+
+        Yields:
+            Extra keyword arguments for ``generate``: ``{"synced_gpus": True}`` when sharded
+            over several processes, else ``{}``.
+        """
+        if not self.is_sharded:
+            yield {}
+            return
+        # The root must be lazily initialised before any layer runs on its own; otherwise
+        # the first layer to run would claim to be the root (torch raises on the next
+        # wrapper forward). No-op once the wrapper has run a forward.
+        model._get_fsdp_state()._lazy_init()
+        model.unshard()
+        try:
+            yield {"synced_gpus": True} if self.num_processes > 1 else {}
+        finally:
+            model.reshard()
+
+    # ---------------------------------------------------------- checkpointing
+    def full_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Gather the full (unsharded) state dict. Collective: every process must call it.
+
+        Uses ``torch.distributed.checkpoint.state_dict.get_model_state_dict`` (FSDP1's
+        full-state-dict gather crashes on CPU). Tied parameters appear under every name
+        ``model.state_dict()`` gives them.
+
+        Args:
+            model: a model returned by :meth:`prepare`.
+
+        Returns:
+            ``{name: CPU tensor}`` with the wrapper's keys (e.g. ``"backbone.model.norm.weight"``)
+            on the main process; under FSDP2 other processes get ``{}``. The tensors are a
+            snapshot: later training steps do not change them.
+        """
+        if self.is_sharded:
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            state = get_model_state_dict(model, options=options)
+        else:
+            state = {k: v.detach().cpu() for k, v in self.unwrap(model).state_dict().items()}
+        return _without_aliases(state, model)
+
+    def save_sharded(
+        self, directory: str, model: nn.Module, optimizer: torch.optim.Optimizer | None
+    ) -> None:
+        """Write model and optimizer state, one shard per process. Collective.
+
+        Format: ``torch.distributed.checkpoint`` (``.metadata`` + ``__<rank>_0.distcp``),
+        also with one unsharded process. (DCP can also load into a different number of
+        processes; that is untested here.)
+
+        Args:
+            directory: an EXISTING directory (shared by all processes).
+            model: a model returned by :meth:`prepare`.
+            optimizer: its optimizer, or ``None`` to save the model only.
+        """
+        if not Path(directory).is_dir():
+            raise FileNotFoundError(
+                f"checkpoint directory {directory!r} does not exist; create it before save_sharded"
+            )
+        with _quiet_without_process_group():
+            dcp.save(self._checkpoint_state(model, optimizer), checkpoint_id=directory)
+
+    def load_sharded(
+        self, directory: str, model: nn.Module, optimizer: torch.optim.Optimizer | None
+    ) -> None:
+        """Load model and optimizer state written by :meth:`save_sharded`, in place. Collective.
+
+        Args:
+            directory: the checkpoint directory.
+            model: a model returned by :meth:`prepare` (same architecture).
+            optimizer: its optimizer (same type and parameter groups), or ``None``.
+        """
+        if not (Path(directory) / ".metadata").is_file():
+            raise FileNotFoundError(
+                f"{directory!r} holds no checkpoint (.metadata missing); pass a directory "
+                "written by save_sharded"
+            )
+        state = self._checkpoint_state(model, optimizer)
+        with _quiet_without_process_group():
+            dcp.load(state, checkpoint_id=directory)
+        if optimizer is None:
+            set_state_dict(model, (), model_state_dict=state["model"], optim_state_dict={})
+            return
+        set_state_dict(
+            model,
+            _plain_optimizer(optimizer),
+            model_state_dict=state["model"],
+            optim_state_dict=state["optimizer"],
+        )
+
+    def _checkpoint_state(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer | None
+    ) -> dict[str, Any]:
+        model = self.unwrap(model)
+        if optimizer is None:
+            model_state, _ = get_state_dict(model, ())
+            return {"model": model_state}
+        model_state, optim_state = get_state_dict(model, _plain_optimizer(optimizer))
+        return {"model": model_state, "optimizer": optim_state}
+
+    def export_hf(self, model: nn.Module, tokenizer: Any, directory: str) -> None:
+        """Write ``model.backbone`` as a complete Hugging Face model directory. Collective.
+
+        The main process saves into a temporary sibling directory and renames it into place,
+        so ``directory`` never holds a half-written model; an existing ``directory`` is
+        replaced. Wrapper parameters outside ``.backbone`` (e.g. a value head) are not part
+        of the Hugging Face model and are not written.
+
+        Args:
+            model: a model returned by :meth:`prepare`.
+            tokenizer: saved alongside (``save_pretrained``); ``None`` to skip.
+            directory: destination directory.
+        """
+        state = self.full_state_dict(model)
+        if self.is_main_process:
+            prefix = "backbone."
+            backbone_state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            target = Path(directory)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
+            _backbone_of(self.unwrap(model)).save_pretrained(staging, state_dict=backbone_state)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staging)
+            _replace_directory(staging, target)
+        self.barrier()
+
+    # ----------------------------------------------------------------- cleanup
+    def close(self) -> None:
+        """Destroy the process group if this backend created it; release accelerate's state.
+
+        Idempotent. Afterwards a new backend can be built in the same process.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._release()
+
+    def _release(self) -> None:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+        _restore_env(self._saved_launch_env)
+        _restore_env({"ACCELERATE_USE_FSDP": self._saved_use_fsdp})
+
+
+@contextmanager
+def _quiet_without_process_group() -> Iterator[None]:
+    # One plain process has no process group; DCP then warns that it assumes exactly that.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.distributed is .*single process")
+        yield
+
+
+def _without_aliases(state: dict[str, torch.Tensor], model: nn.Module) -> dict[str, torch.Tensor]:
+    # On CPU, `.cpu()` (and a gather over a one-process mesh) returns the live parameter
+    # storage; copy exactly those tensors so the result is a snapshot.
+    live = {_storage_of(t) for t in (*model.parameters(), *model.buffers())}
+    return {k: v.clone() if _storage_of(v) in live else v for k, v in state.items()}
+
+
+def _storage_of(tensor: torch.Tensor) -> int:
+    local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    return local.untyped_storage().data_ptr()
+
+
+def _replace_directory(staging: Path, target: Path) -> None:
+    # A rename is atomic; a directory cannot be renamed over a non-empty one, so an old
+    # export is first moved aside and deleted after the new one is in place.
+    if target.exists():
+        retired = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
+        target.rename(retired)
+        staging.rename(target)
+        shutil.rmtree(retired)
+    else:
+        staging.rename(target)

@@ -1,0 +1,66 @@
+"""Cross-process exchange of rollouts and per-row tensors (identity with one process).
+
+The trainer keeps the whole global batch on every process (as verl's single
+controller does), so advantages, group filters and metrics are computed on the
+global batch identically everywhere; only forward/backward passes are sharded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size); (0, 1) without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _comm_device() -> torch.device:
+    # gloo moves CPU tensors; nccl/hccl only move tensors on the accelerator.
+    if dist.get_backend() == "gloo":
+        return torch.device("cpu")
+    from rlkit.device import current
+
+    return current().device()
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every process's ``obj``, in rank order, on every process."""
+    _, size = world()
+    if size == 1:
+        return [obj]
+    out: list[Any] = [None] * size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
+    """Concatenate every process's rows (equal shapes required) in rank order."""
+    _, size = world()
+    if size == 1:
+        return tensor
+    local = tensor.contiguous().to(_comm_device())
+    parts = [torch.empty_like(local) for _ in range(size)]
+    dist.all_gather(parts, local)
+    return torch.cat(parts, dim=0).to(tensor.device)
+
+
+def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """In-place all-reduce (``sum`` | ``max`` | ``min``); returns the tensor."""
+    _, size = world()
+    if size > 1:
+        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+        moved = tensor.to(_comm_device())
+        dist.all_reduce(moved, op=ops[op])
+        tensor.copy_(moved)
+    return tensor
+
+
+def same_everywhere(value: int, op: str = "max") -> int:
+    """An integer agreed by all processes (their max or min)."""
+    return int(all_reduce(torch.tensor([value], dtype=torch.long), op).item())

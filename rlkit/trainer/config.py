@@ -1,0 +1,244 @@
+"""The experiment configuration: small dataclasses, every field bindable from gin.
+
+A gin file sets fields as ``Section.field = value``, e.g.::
+
+    AlgorithmConfig.adv_estimator = "grpo"
+    RolloutConfig.n = 8
+
+Algorithm presets (``algorithms/presets/*.gin``) only bind names and numbers
+in :class:`AlgorithmConfig`; adding an algorithm never needs a trainer change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gin
+
+
+@gin.configurable
+@dataclass
+class ModelConfig:
+    """The policy (and critic / reference) model."""
+
+    path: str = ""
+    """Local Hugging Face model directory (``config.json`` + weights)."""
+    gguf_file: str | None = None
+    """A GGUF file inside ``path`` to load with transformers' ``gguf_file=`` (dequantised)."""
+    tokenizer_path: str | None = None
+    """Tokenizer directory if not ``path``."""
+    dtype: str = "float32"
+    """Parameter dtype: float32 | bfloat16 | float16."""
+    gradient_checkpointing: bool = False
+    lora_rank: int = 0
+    """0 = full fine-tuning; > 0 trains LoRA adapters (peft) and uses the adapter-free
+    model as the reference policy."""
+    lora_alpha: int = 16
+    lora_target_modules: str | tuple[str, ...] = "all-linear"
+    kernel_overrides: dict[str, str] = field(default_factory=dict)
+    """Force a kernel per op, e.g. ``{"rms_norm": "torch"}`` (see ``rlkit doctor``)."""
+    critic_path: str | None = None
+    """Critic initialisation (default: ``path``); only used when the estimator needs values."""
+
+
+@gin.configurable
+@dataclass
+class DataConfig:
+    """Prompts and how they become token ids."""
+
+    train_files: str = ""
+    """JSON Lines / Parquet file, a shared set name (``gsm8k``), or empty when
+    ``dataset_fn`` is given."""
+    val_files: str = ""
+    dataset_fn: Any = None
+    """A gin-configurable callable ``(split) -> datasets.Dataset`` in rlkit's prompt schema
+    (columns id, prompt, ground_truth, data_source); overrides the files."""
+    question_key: str = "question"
+    answer_key: str = "answer"
+    instruction: str | None = None
+    system_prompt: str | None = None
+    use_chat_template: bool = True
+    train_batch_size: int = 8
+    """Prompts per training step (global, across processes)."""
+    val_limit: int | None = None
+    """Use only the first N validation prompts."""
+    max_prompt_length: int = 512
+    truncation: str = "error"
+    """Prompt longer than ``max_prompt_length``: error | left (keep the end) | filter (drop)."""
+    shuffle: bool = True
+    reward: str = "gsm8k"
+    """Reward function name (``rlkit list rewards``) or ``package.module:function``."""
+    reward_options: dict[str, Any] = field(default_factory=dict)
+    reward_timeout_s: float = 10.0
+    reward_workers: int = 0
+
+
+@gin.configurable
+@dataclass
+class RolloutConfig:
+    """Generation: engine and sampling."""
+
+    engine: str = "hf"
+    """Rollout engine name (``hf`` | ``sglang`` | ``package.module:factory``)."""
+    engine_options: dict[str, Any] = field(default_factory=dict)
+    n: int = 8
+    """Responses per prompt (the group size)."""
+    max_response_length: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    val_n: int = 1
+    val_temperature: float = 0.0
+    """0 = greedy validation."""
+
+
+@gin.configurable
+@dataclass
+class AlgorithmConfig:
+    """The RL algorithm as a composition of registered names and their settings."""
+
+    adv_estimator: str = "grpo"
+    estimator_options: dict[str, Any] = field(default_factory=dict)
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    policy_loss: str = "vanilla"
+    loss_options: dict[str, Any] = field(default_factory=dict)
+    loss_agg_mode: str = "token-mean"
+    clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_penalty: str = "kl"
+    kl_ctrl_type: str = "fixed"
+    kl_coef: float = 0.001
+    kl_target: float = 0.1
+    kl_horizon: int = 10000
+    rollout_is_level: str | None = None
+    """None = no rollout importance-sampling correction; ``token`` | ``sequence``."""
+    rollout_is_mode: str = "truncate"
+    """truncate (TIS) | mask (IcePop)."""
+    rollout_is_threshold: float = 2.0
+    rollout_is_threshold_low: float | None = None
+    filter_groups: bool = False
+    """DAPO dynamic sampling: drop groups whose ``filter_metric`` has zero variance."""
+    filter_metric: str = "acc"
+    """acc | score."""
+    max_num_gen_batches: int = 10
+    overlong_buffer_len: int = 0
+    """DAPO overlong buffer (0 = off): responses longer than
+    ``max_response_length - overlong_buffer_len`` are penalised linearly."""
+    overlong_penalty_factor: float = 1.0
+    baseline_rollout: str = "none"
+    """``greedy`` generates one greedy response per prompt for ``reward_baselines`` (ReMax)."""
+    critic_warmup: int = 0
+    """Steps during which only the critic is updated."""
+
+
+@gin.configurable
+@dataclass
+class OptimConfig:
+    """Actor / critic optimisation and batching."""
+
+    lr: float = 1e-6
+    critic_lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = 0
+    lr_schedule: str = "constant"
+    """constant | cosine (after warm-up)."""
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0
+    ppo_epochs: int = 1
+    ppo_mini_batch_size: int = 8
+    """Prompts per optimizer step (global); the rollout's n responses each come along."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward on each process (ignored with dynamic batching)."""
+    use_dynamic_bsz: bool = False
+    """Split micro-batches by a token budget instead of a sequence count."""
+    max_token_len_per_micro_batch: int = 8192
+    shuffle: bool = True
+    cliprange_value: float = 0.5
+    logprob_chunk_size: int = 1024
+    """Tokens per chunk of the fused log-prob/entropy op (bounds the logits' memory)."""
+
+
+@gin.configurable
+@dataclass
+class TrainerConfig:
+    """The run: length, evaluation, logging, checkpoints, devices."""
+
+    total_steps: int = 10
+    test_freq: int = 0
+    """Validate every N steps (0 = only before and after training)."""
+    val_before_train: bool = True
+    save_freq: int = 0
+    """Checkpoint every N steps (0 = never, except at the end when ``save_at_end``)."""
+    save_at_end: bool = True
+    max_checkpoints_to_keep: int = 2
+    output_dir: str = "runs/default"
+    resume_mode: str = "auto"
+    """auto (latest checkpoint in output_dir if any) | disable | a checkpoint path."""
+    seed: int = 0
+    backend_strategy: str = "auto"
+    """auto | fsdp2 | none (see rlkit.trainer.backend)."""
+    platform: str | None = None
+    """Force a platform (cpu | cuda | npu); None = detect."""
+    export_hf_at_end: bool = False
+    tensorboard: bool = True
+    progress_bar: bool = True
+    plot_learning_curve: bool = True
+    num_threads: int | None = None
+    """torch intra-op threads (None = torch's default)."""
+
+
+@dataclass
+class ExperimentConfig:
+    """All sections, each filled from the active gin bindings."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming every inconsistent setting, before any work."""
+        problems = []
+        d, r, o, a = self.data, self.rollout, self.optim, self.algorithm
+        if d.train_batch_size % o.ppo_mini_batch_size:
+            problems.append(
+                f"DataConfig.train_batch_size ({d.train_batch_size}) must be a multiple of "
+                f"OptimConfig.ppo_mini_batch_size ({o.ppo_mini_batch_size})"
+            )
+        if d.truncation not in ("error", "left", "filter"):
+            problems.append(
+                f"DataConfig.truncation must be error|left|filter, got {d.truncation!r}"
+            )
+        if r.n < 1 or r.val_n < 1:
+            problems.append("RolloutConfig.n and val_n must be >= 1")
+        if a.filter_metric not in ("acc", "score"):
+            problems.append(
+                f"AlgorithmConfig.filter_metric must be acc|score, got {a.filter_metric!r}"
+            )
+        if a.baseline_rollout not in ("none", "greedy"):
+            problems.append(
+                f"AlgorithmConfig.baseline_rollout must be none|greedy, got {a.baseline_rollout!r}"
+            )
+        if o.lr_schedule not in ("constant", "cosine"):
+            problems.append(
+                f"OptimConfig.lr_schedule must be constant|cosine, got {o.lr_schedule!r}"
+            )
+        if not self.model.path:
+            problems.append("ModelConfig.path is empty: give a local Hugging Face model directory")
+        if not (d.train_files or d.dataset_fn):
+            problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
+        if problems:
+            raise ValueError("invalid experiment configuration:\n  - " + "\n  - ".join(problems))

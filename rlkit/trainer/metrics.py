@@ -1,0 +1,76 @@
+"""Batch statistics under the metric names verl users already read."""
+
+from __future__ import annotations
+
+import torch
+
+from rlkit.trainer.batch import Batch
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
+    if values.numel() == 0:
+        return {}
+    v = values.float()
+    return {
+        f"{prefix}/mean": v.mean().item(),
+        f"{prefix}/max": v.max().item(),
+        f"{prefix}/min": v.min().item(),
+    }
+
+
+def data_metrics(
+    batch: Batch, *, max_response_length: int, max_prompt_length: int
+) -> dict[str, float]:
+    """``critic/*``, ``response_length/*``, ``prompt_length/*`` and ``global_seqlen/*``.
+
+    Token statistics are over valid response tokens; sequence statistics over rows.
+    """
+    mask = batch["response_mask"].bool()
+    valid_rows = mask.any(dim=1)
+    out: dict[str, float] = {}
+    out |= _stats("critic/score", batch["scores"][valid_rows])
+    out |= _stats("critic/rewards", (batch["token_level_rewards"] * mask).sum(dim=1)[valid_rows])
+    out |= _stats("critic/advantages", batch["advantages"][mask])
+    out |= _stats("critic/returns", batch["returns"][mask])
+    if "values" in batch:
+        values, returns = batch["values"][mask], batch["returns"][mask]
+        out |= _stats("critic/values", values)
+        if values.numel() > 1:
+            explained = 1 - torch.var(returns - values) / (torch.var(returns) + 1e-5)
+            out["critic/vf_explained_var"] = explained.item()
+    if "acc" in batch:
+        out["critic/acc/mean"] = (
+            batch["acc"][valid_rows].float().mean().item() if valid_rows.any() else 0.0
+        )
+    resp = batch["response_lengths"].float()
+    prompt = batch["prompt_lengths"].float()
+    out |= _stats("response_length", resp)
+    out |= _stats("prompt_length", prompt)
+    if resp.numel():
+        out["response_length/clip_ratio"] = (resp >= max_response_length).float().mean().item()
+        out["prompt_length/clip_ratio"] = (prompt >= max_prompt_length).float().mean().item()
+    out |= _stats("global_seqlen", resp + prompt)
+    return out
+
+
+class WeightedMeans:
+    """Accumulates metric values with weights (e.g. token counts) across micro-batches."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, torch.Tensor | float], weight: float = 1.0) -> None:
+        for k, v in metrics.items():
+            value = float(v.item() if isinstance(v, torch.Tensor) else v)
+            self.sums[k] = self.sums.get(k, 0.0) + value * weight
+            self.weights[k] = self.weights.get(k, 0.0) + weight
+
+    def reduced(self, all_reduce) -> dict[str, float]:
+        """Weighted means across processes (``all_reduce`` sums a tensor in place)."""
+        keys = sorted(self.sums)
+        if not keys:
+            return {}
+        packed = torch.tensor([[self.sums[k], self.weights[k]] for k in keys], dtype=torch.float64)
+        all_reduce(packed)
+        return {k: (s / w if w > 0 else 0.0) for k, (s, w) in zip(keys, packed.tolist())}

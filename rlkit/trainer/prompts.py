@@ -1,0 +1,130 @@
+"""Prompts as token ids, and the resumable order in which the trainer draws them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class PromptSet:
+    """Tokenised prompts with their ground truths.
+
+    Attributes:
+        token_ids: one list of ids per prompt (already truncated as configured).
+        ground_truths, data_sources, ids: per prompt.
+        num_truncated / num_filtered: prompts longer than the limit that were cut
+            (left truncation keeps the end) or dropped; reported in metrics.
+    """
+
+    token_ids: list[list[int]]
+    ground_truths: list[str]
+    data_sources: list[str]
+    ids: list[str]
+    extras: list[dict[str, Any]] = field(default_factory=list)
+    num_truncated: int = 0
+    num_filtered: int = 0
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+def tokenize_prompts(
+    dataset: Any,
+    tokenizer: Any,
+    *,
+    max_prompt_length: int,
+    truncation: str,
+    use_chat_template: bool,
+    name: str,
+) -> PromptSet:
+    """Render and tokenise every row of a prompt-schema dataset.
+
+    Args:
+        dataset: rows with ``prompt`` (chat messages), ``ground_truth``, ``data_source``, ``id``.
+        truncation: ``error`` (raise, naming the row), ``left`` (keep the last
+            ``max_prompt_length`` tokens) or ``filter`` (drop the row).
+        name: the dataset's name for error messages (e.g. ``train``).
+    """
+    from rlkit.data import render_prompt
+
+    out = PromptSet([], [], [], [], [])
+    for i, row in enumerate(dataset):
+        text = render_prompt(row["prompt"], tokenizer, use_chat_template=use_chat_template)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) > max_prompt_length:
+            if truncation == "error":
+                raise ValueError(
+                    f"{name} prompt {i} (id {row.get('id')!r}) has {len(ids)} tokens > "
+                    f"DataConfig.max_prompt_length={max_prompt_length}; raise the limit or set "
+                    f"DataConfig.truncation to 'left' or 'filter'"
+                )
+            if truncation == "filter":
+                out.num_filtered += 1
+                continue
+            ids = ids[-max_prompt_length:]
+            out.num_truncated += 1
+        out.token_ids.append(ids)
+        out.ground_truths.append(str(row["ground_truth"]))
+        out.data_sources.append(str(row.get("data_source") or name))
+        out.ids.append(str(row.get("id", i)))
+        out.extras.append(
+            {
+                k: v
+                for k, v in row.items()
+                if k not in ("prompt", "ground_truth", "data_source", "id")
+            }
+        )
+    if not out.token_ids:
+        raise ValueError(
+            f"the {name} dataset has no usable prompt ({out.num_filtered} filtered as too long)"
+        )
+    return out
+
+
+class PromptSampler:
+    """Epoch-wise shuffled prompt indices with a resumable position.
+
+    The order depends only on ``seed`` and the epoch number, so a resumed run
+    draws exactly the prompts the uninterrupted run would have drawn.
+    """
+
+    def __init__(self, num_prompts: int, *, seed: int, shuffle: bool = True) -> None:
+        if num_prompts < 1:
+            raise ValueError("cannot sample from an empty prompt set")
+        self.num_prompts = num_prompts
+        self.seed = seed
+        self.shuffle = shuffle
+        self.epoch = 0
+        self.position = 0
+
+    def _order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.num_prompts))
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        return torch.randperm(self.num_prompts, generator=g).tolist()
+
+    def next(self, count: int) -> list[int]:
+        """The next ``count`` prompt indices, continuing into the next epoch as needed."""
+        out: list[int] = []
+        while len(out) < count:
+            order = self._order(self.epoch)
+            take = order[self.position : self.position + count - len(out)]
+            out += take
+            self.position += len(take)
+            if self.position >= self.num_prompts:
+                self.epoch, self.position = self.epoch + 1, 0
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position, "num_prompts": self.num_prompts}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        if state["num_prompts"] != self.num_prompts:
+            raise ValueError(
+                f"checkpoint was taken on {state['num_prompts']} prompts, this run has "
+                f"{self.num_prompts}: the data changed, so it cannot resume exactly"
+            )
+        self.epoch, self.position = state["epoch"], state["position"]

@@ -1,0 +1,31 @@
+"""Wall-clock timing of the step's phases, reported as ``timing_s/<phase>``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+class PhaseTimer:
+    """Accumulates seconds per phase name; ``with timer("gen"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
+
+    def metrics(self, num_tokens: int) -> dict[str, float]:
+        """``timing_s/*`` and ``timing_per_token_ms/*`` (ms per processed token)."""
+        out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
+        if num_tokens > 0:
+            out |= {
+                f"timing_per_token_ms/{k}": 1000 * v / num_tokens for k, v in self.seconds.items()
+            }
+        return out

@@ -1,0 +1,792 @@
+"""The RL trainer: one controller per process, SPMD under ``accelerate launch``.
+
+Each step reads as one straight line::
+
+    rollout -> reward -> (dynamic sampling) -> old/ref log-probs, values
+            -> (KL in reward) -> advantages -> critic update -> actor update
+            -> weight sync -> metrics
+
+Every process holds the whole global batch (rollouts are exchanged after
+generation), so group statistics, filters, advantages and metrics are computed
+on the global batch, identically everywhere; only forward and backward passes
+are sharded over processes. Estimators, losses, KL penalties, aggregations and
+rollout engines are reached only through their registries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import gin
+import numpy as np
+import torch
+
+import algorithms
+from rlkit.registry import ESTIMATORS, ROLLOUT_ENGINES
+from rlkit.rollout.base import SamplingParams
+from rlkit.trainer import collectives as comm
+from rlkit.trainer.batch import (
+    Batch,
+    build_batch,
+    fixed_size_split,
+    pad_rows_to_multiple,
+    shard_rows,
+    token_budget_split,
+)
+from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
+from rlkit.trainer.config import ExperimentConfig
+from rlkit.trainer.metrics import WeightedMeans, data_metrics
+from rlkit.trainer.modules import check_model_dir
+from rlkit.trainer.prompts import PromptSampler, PromptSet, tokenize_prompts
+from rlkit.trainer.scoring import ScoredRollout, score_rollout
+from rlkit.trainer.timing import PhaseTimer
+
+
+class RLTrainer:
+    """Train a Hugging Face causal LM with any registered estimator and policy loss.
+
+    Life cycle: ``setup()`` -> ``train()`` -> ``cleanup()`` (``run()`` does all three).
+    """
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        config.validate()
+        self.cfg = config
+        self.step_count = 0
+        self.metrics_history: list[dict[str, float]] = []
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> None:
+        from rlkit import device, kernels
+        from rlkit.trainer.backend import TrainingBackend
+
+        cfg = self.cfg
+        check_model_dir(cfg.model.path)  # before anything expensive
+        if cfg.trainer.num_threads:
+            torch.set_num_threads(cfg.trainer.num_threads)
+        if cfg.trainer.platform:
+            device.set_platform(cfg.trainer.platform)
+        self.platform = device.current()
+        self.backend = TrainingBackend(strategy=cfg.trainer.backend_strategy, seed=cfg.trainer.seed)
+        self.rank, self.world = self.backend.process_index, self.backend.num_processes
+        if cfg.data.train_batch_size % self.world:
+            raise ValueError(
+                f"DataConfig.train_batch_size ({cfg.data.train_batch_size}) must be divisible by "
+                f"the number of processes ({self.world})"
+            )
+        self._seed_everything(cfg.trainer.seed + self.rank)
+        self.out_dir = Path(cfg.trainer.output_dir)
+        self.is_main = self.backend.is_main_process
+        if self.is_main:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+
+        self.tokenizer = self._load_tokenizer()
+        self.train_prompts = self._load_prompts("train")
+        self.val_prompts = (
+            self._load_prompts("val") if (cfg.data.val_files or cfg.data.dataset_fn) else None
+        )
+        self.sampler = PromptSampler(
+            len(self.train_prompts), seed=cfg.trainer.seed, shuffle=cfg.data.shuffle
+        )
+
+        self.estimator = ESTIMATORS.entry(cfg.algorithm.adv_estimator)
+        self.policy_loss = algorithms.get_loss(cfg.algorithm.policy_loss)
+        self.needs_critic = bool(self.estimator.extra.get("needs_values", False))
+        self.needs_baseline = bool(self.estimator.extra.get("needs_reward_baselines", False))
+        self.needs_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.use_kl_in_reward
+
+        self.actor, self.actor_opt, self.actor_sched, self.ref = self._build_actor()
+        self.kernel_choices = kernels.apply_kernels(
+            self.backend.unwrap(self.actor).backbone, overrides=cfg.model.kernel_overrides or None
+        )
+        self.critic = self.critic_opt = self.critic_sched = None
+        if self.needs_critic:
+            self.critic, self.critic_opt, self.critic_sched = self._build_critic()
+        self.kl_ctrl = algorithms.make_kl_controller(
+            kind=cfg.algorithm.kl_ctrl_type,
+            kl_coef=cfg.algorithm.kl_coef,
+            target_kl=cfg.algorithm.kl_target,
+            horizon=cfg.algorithm.kl_horizon,
+        )
+
+        from rlkit.trainer.policy_weights import TrainerPolicyWeights
+
+        self.weights = TrainerPolicyWeights(self.backend, self.actor, self.tokenizer)
+        self.engine = ROLLOUT_ENGINES.get(cfg.rollout.engine)(
+            model_path=cfg.model.path,
+            tokenizer=self.tokenizer,
+            weights=self.weights,
+            seed=cfg.trainer.seed,
+            **cfg.rollout.engine_options,
+        )
+        self.checkpoints = CheckpointManager(
+            self.out_dir / "checkpoints", self.backend, keep=cfg.trainer.max_checkpoints_to_keep
+        )
+        self.resumed_from = self._maybe_resume()
+        if self.resumed_from is not None:
+            self.engine.sync_weights(
+                self.weights
+            )  # an external engine still has the initial weights
+        self.logger = None
+        if self.is_main:
+            from rlkit.logging import MetricsLogger
+
+            (self.out_dir / "config.gin").write_text(gin.config_str())
+            (self.out_dir / "resolved_config.json").write_text(
+                json.dumps(dataclasses.asdict(cfg), indent=2, default=repr)
+            )
+            self.logger = MetricsLogger(
+                self.out_dir,
+                total_steps=cfg.trainer.total_steps,
+                tensorboard=cfg.trainer.tensorboard,
+                progress_bar=cfg.trainer.progress_bar,
+                start_step=self.step_count,
+            )
+            self._print(
+                f"rlkit: platform={self.platform.name} processes={self.world} "
+                f"estimator={self.estimator.name} loss={cfg.algorithm.policy_loss} "
+                f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
+                + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
+            )
+
+    def _seed_everything(self, seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    def _load_tokenizer(self) -> Any:
+        from transformers import AutoTokenizer
+
+        m = self.cfg.model
+        path = m.tokenizer_path or m.path
+        tok = AutoTokenizer.from_pretrained(
+            path, gguf_file=None if m.tokenizer_path else m.gguf_file
+        )
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        return tok
+
+    def _load_prompts(self, split: str) -> PromptSet:
+        from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_shared_dataset
+
+        d = self.cfg.data
+        options = {
+            "question_key": d.question_key,
+            "answer_key": d.answer_key,
+            "system_prompt": d.system_prompt,
+        }
+        if d.instruction is not None:
+            options["instruction"] = d.instruction
+        source = d.train_files if split == "train" else d.val_files
+        if d.dataset_fn is not None:
+            dataset = d.dataset_fn(split)
+        elif source in SHARED_DATASETS:  # e.g. "gsm8k": the shared copy, with its instruction
+            dataset = load_shared_dataset(
+                source, "train" if split == "train" else "test", **options
+            )
+        else:
+            dataset = load_prompt_dataset(source, **options)
+        if split == "val" and d.val_limit:
+            dataset = dataset.select(range(min(d.val_limit, len(dataset))))
+        return tokenize_prompts(
+            dataset,
+            self.tokenizer,
+            max_prompt_length=d.max_prompt_length,
+            truncation=d.truncation,
+            use_chat_template=d.use_chat_template,
+            name=split,
+        )
+
+    def _optimizer_factory(self, lr: float):
+        o = self.cfg.optim
+
+        def make(params):
+            trainable = [p for p in params if p.requires_grad]
+            return torch.optim.AdamW(
+                trainable, lr=lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            )
+
+        return make
+
+    def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+        o, total = self.cfg.optim, max(1, self.cfg.trainer.total_steps)
+
+        def factor(step: int) -> float:
+            if step < o.warmup_steps:
+                return (step + 1) / max(1, o.warmup_steps)
+            if o.lr_schedule == "constant":
+                return 1.0
+            progress = min(1.0, (step - o.warmup_steps) / max(1, total - o.warmup_steps))
+            return o.min_lr_ratio + (1 - o.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+    def _build_actor(self):
+        from rlkit.trainer.modules import ActorModule, add_lora, load_causal_lm
+
+        m, o = self.cfg.model, self.cfg.optim
+        backbone = load_causal_lm(
+            m.path,
+            dtype=m.dtype,
+            gguf_file=m.gguf_file,
+            gradient_checkpointing=m.gradient_checkpointing,
+        )
+        if m.lora_rank > 0:
+            backbone = add_lora(
+                backbone, rank=m.lora_rank, alpha=m.lora_alpha, target_modules=m.lora_target_modules
+            )
+        actor, opt = self.backend.prepare(
+            ActorModule(backbone, chunk_size=o.logprob_chunk_size), self._optimizer_factory(o.lr)
+        )
+        ref = None
+        if self.needs_ref and m.lora_rank == 0:
+            ref_backbone = load_causal_lm(m.path, dtype=m.dtype, gguf_file=m.gguf_file)
+            ref_backbone.requires_grad_(False)
+            ref, _ = self.backend.prepare(
+                ActorModule(ref_backbone, chunk_size=o.logprob_chunk_size), None
+            )
+        return actor, opt, self._scheduler(opt), ref
+
+    def _build_critic(self):
+        from rlkit.trainer.modules import CriticModule, load_critic_backbone
+
+        m = self.cfg.model
+        backbone = load_critic_backbone(
+            m.critic_path or m.path, dtype=m.dtype, gguf_file=m.gguf_file
+        )
+        critic, opt = self.backend.prepare(
+            CriticModule(backbone), self._optimizer_factory(self.cfg.optim.critic_lr)
+        )
+        return critic, opt, self._scheduler(opt)
+
+    # ---------------------------------------------------------------- resume
+    def _checkpoint_modules(
+        self,
+    ) -> dict[str, tuple[torch.nn.Module, torch.optim.Optimizer | None]]:
+        modules = {"actor": (self.actor, self.actor_opt)}
+        if self.critic is not None:
+            modules["critic"] = (self.critic, self.critic_opt)
+        return modules
+
+    def _maybe_resume(self) -> str | None:
+        mode = self.cfg.trainer.resume_mode
+        if mode == "disable":
+            return None
+        path = self.checkpoints.latest() if mode == "auto" else Path(mode)
+        if path is None:
+            return None
+        state, rng = self.checkpoints.load(path, self._checkpoint_modules())
+        self.step_count = state["step"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.actor_sched.load_state_dict(state["actor_sched"])
+        if self.critic_sched is not None:
+            self.critic_sched.load_state_dict(state["critic_sched"])
+        for _ in range(state["step"]):
+            self.weights.bump()
+        restore_rng_state(rng, self.platform)
+        return str(path)
+
+    def save_checkpoint(self) -> Path:
+        state = {
+            "step": self.step_count,
+            "sampler": self.sampler.state_dict(),
+            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "actor_sched": self.actor_sched.state_dict(),
+            "critic_sched": self.critic_sched.state_dict() if self.critic_sched else None,
+        }
+        return self.checkpoints.save(
+            self.step_count, self._checkpoint_modules(), state, capture_rng_state(self.platform)
+        )
+
+    # ----------------------------------------------------------------- train
+    def run(self) -> list[dict[str, float]]:
+        """setup + train + cleanup; returns the logged metrics of every step."""
+        self.setup()
+        try:
+            return self.train()
+        finally:
+            self.cleanup()
+
+    def train(self) -> list[dict[str, float]]:
+        t = self.cfg.trainer
+        if t.val_before_train and self.val_prompts is not None and self.resumed_from is None:
+            val = self.validate()
+            self._log(val, self.step_count)
+            self._print("before RL: " + _fmt(val))
+        while self.step_count < t.total_steps:
+            metrics = self.step()
+            last = self.step_count == t.total_steps
+            if self.val_prompts is not None and (
+                (t.test_freq and self.step_count % t.test_freq == 0) or last
+            ):
+                val = self.validate()
+                metrics |= val
+                if last:
+                    self._print("after RL: " + _fmt(val))
+            self._log(metrics, self.step_count)
+            self.metrics_history.append(metrics)
+            if (t.save_freq and self.step_count % t.save_freq == 0) or (last and t.save_at_end):
+                self.save_checkpoint()
+        if t.export_hf_at_end:
+            self.weights.save_pretrained(str(self.out_dir / "hf_model"))
+        if self.is_main and t.plot_learning_curve and (self.out_dir / "metrics.jsonl").exists():
+            from rlkit.logging import plot_learning_curves
+
+            plot_learning_curves(
+                {self.out_dir.name: self.out_dir / "metrics.jsonl"},
+                self.out_dir / "learning_curve.png",
+                keys=("critic/score/mean", "val/*"),
+                title=f"{self.estimator.name} + {self.cfg.algorithm.policy_loss}",
+            )
+        return self.metrics_history
+
+    def step(self) -> dict[str, float]:
+        """One RL iteration; returns its metrics."""
+        timer = PhaseTimer()
+        self.platform.reset_peak_memory_stats()
+        with timer("step"):
+            batch, metrics = self._collect_batch(timer)
+            if batch is None:
+                self.step_count += 1
+                return metrics | timer.metrics(0)
+            with timer("old_log_prob"):
+                batch["old_log_probs"], entropy = self._forward_logprobs(
+                    self.actor, batch, entropy=True
+                )
+            metrics["actor/entropy"] = _masked_mean(entropy, batch["response_mask"])
+            if self.needs_ref:
+                with timer("ref"):
+                    batch["ref_log_probs"] = self._reference_logprobs(batch)
+            if self.critic is not None:
+                with timer("values"):
+                    batch["values"] = self._forward_rows(
+                        self.critic, batch, lambda m, mb: m(mb.tensors, mb.prompt_width)
+                    )
+            with timer("adv"):
+                metrics |= self._compute_advantages(batch)
+            if self.critic is not None:
+                with timer("update_critic"):
+                    metrics |= self._update_critic(batch)
+            if self.step_count >= self.cfg.algorithm.critic_warmup:
+                with timer("update_actor"):
+                    metrics |= self._update_actor(batch)
+            with timer("weight_sync"):
+                metrics |= {
+                    k: v
+                    for k, v in self.engine.sync_weights(self.weights).items()
+                    if not k.startswith("timing_s/")
+                }
+        self.step_count += 1
+        metrics |= data_metrics(
+            batch,
+            max_response_length=self.cfg.rollout.max_response_length,
+            max_prompt_length=self.cfg.data.max_prompt_length,
+        )
+        metrics |= self._perf_metrics(batch, timer)
+        return metrics
+
+    # -------------------------------------------------------------- rollout
+    def _sampling(self, *, validation: bool = False, greedy_single: bool = False) -> SamplingParams:
+        r = self.cfg.rollout
+        if greedy_single:
+            return SamplingParams(max_new_tokens=r.max_response_length, temperature=0.0, n=1)
+        if validation:
+            return SamplingParams(
+                max_new_tokens=r.max_response_length,
+                temperature=r.val_temperature,
+                top_p=r.top_p,
+                top_k=r.top_k,
+                n=r.val_n,
+            )
+        return SamplingParams(
+            max_new_tokens=r.max_response_length,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            n=r.n,
+        )
+
+    def _generate_and_score(
+        self, prompts: PromptSet, indices: list[int], params: SamplingParams, timer: PhaseTimer
+    ) -> ScoredRollout:
+        """Generate for this process's share of ``indices``; return the global scored rollout."""
+        per = -(-len(indices) // self.world)
+        mine = indices[self.rank * per : (self.rank + 1) * per]
+        with timer("gen"):
+            rollout = self.engine.generate([prompts.token_ids[i] for i in mine], params)
+        # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
+        groups = [self.rank * per + j for j in rollout.prompt_index]
+        rollout.prompt_index = [mine[j] for j in rollout.prompt_index]
+        with timer("reward"):
+            scored = score_rollout(rollout, prompts, self.tokenizer, self.cfg, groups)
+        return ScoredRollout.concat(comm.gather_objects(scored))
+
+    def _collect_batch(self, timer: PhaseTimer) -> tuple[Batch | None, dict[str, float]]:
+        """Rollout + reward (+ DAPO dynamic sampling) for one step's global batch."""
+        a, d = self.cfg.algorithm, self.cfg.data
+        kept: list[ScoredRollout] = []
+        num_groups = num_gen = 0
+        while True:
+            num_gen += 1
+            indices = self.sampler.next(d.train_batch_size)
+            scored = self._generate_and_score(self.train_prompts, indices, self._sampling(), timer)
+            if self.needs_baseline:
+                base = self._generate_and_score(
+                    self.train_prompts, indices, self._sampling(greedy_single=True), timer
+                )
+                scored.attach_baselines(base)
+            if a.filter_groups:
+                scored = scored.keep_varied_groups(a.filter_metric)
+            kept.append(scored)
+            num_groups += scored.num_groups()
+            if (
+                not a.filter_groups
+                or num_groups >= d.train_batch_size
+                or num_gen >= a.max_num_gen_batches
+            ):
+                break
+        rollout = ScoredRollout.concat(kept).first_groups(d.train_batch_size)
+        metrics = {
+            "train/num_gen_batches": float(num_gen),
+            "train/num_truncated_prompts": float(self.train_prompts.num_truncated),
+            "train/num_filtered_prompts": float(self.train_prompts.num_filtered),
+            **rollout.metrics,
+        }
+        if a.filter_groups:
+            metrics["train/num_kept_groups"] = float(rollout.num_groups())
+        if len(rollout) == 0:
+            self._print(
+                f"step {self.step_count}: no group with varied {a.filter_metric} after "
+                f"{num_gen} generation batches; update skipped"
+            )
+            metrics["train/skipped_step"] = 1.0
+            return None, metrics
+        batch = build_batch(
+            rollout.rollout,
+            pad_token_id=self.tokenizer.pad_token_id,
+            response_width=self.cfg.rollout.max_response_length,
+        )
+        rollout.fill(batch)
+        return batch, metrics
+
+    # -------------------------------------------------------- forward passes
+    def _micro_batches(self, local: Batch) -> list[torch.Tensor]:
+        o = self.cfg.optim
+        if not o.use_dynamic_bsz:
+            return fixed_size_split(len(local), o.micro_batch_size)
+        lengths = local["prompt_lengths"] + local["response_lengths"]
+        parts = token_budget_split(lengths, o.max_token_len_per_micro_batch)
+        agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
+        return token_budget_split(lengths, o.max_token_len_per_micro_batch, min_parts=agreed)
+
+    def _local_share(self, batch: Batch) -> Batch:
+        padded = pad_rows_to_multiple(batch, self.world)
+        return padded.select(shard_rows(len(padded), self.rank, self.world))
+
+    @torch.no_grad()
+    def _forward_rows(self, module, batch: Batch, fn) -> torch.Tensor:
+        """Apply ``fn(module, micro_batch) -> (b, T)`` to this process's share; gather globally."""
+        local = self._local_share(batch).to(self.backend.device)
+        out: torch.Tensor | None = None
+        for rows in self._micro_batches(local):
+            micro = local.select(rows if len(rows) else [0])  # a dummy forward keeps ranks in step
+            value = fn(module, micro).float().cpu()
+            if out is None:
+                out = torch.zeros((len(local), *value.shape[1:]), dtype=torch.float32)
+            if len(rows):
+                out[rows] = value
+        return comm.gather_rows(out)[: len(batch)]
+
+    def _forward_logprobs(self, module, batch: Batch, *, entropy: bool = False):
+        temp = self.cfg.rollout.temperature
+        if not entropy:
+            return self._forward_rows(
+                module, batch, lambda m, mb: m(mb.tensors, mb.prompt_width, temp, False)[0]
+            )
+        both = self._forward_rows(
+            module,
+            batch,
+            lambda m, mb: torch.stack(m(mb.tensors, mb.prompt_width, temp, True), dim=-1).flatten(
+                1
+            ),
+        )
+        pair = both.view(len(batch), -1, 2)
+        return pair[..., 0].contiguous(), pair[..., 1].contiguous()
+
+    def _reference_logprobs(self, batch: Batch) -> torch.Tensor:
+        if self.ref is not None:
+            return self._forward_logprobs(self.ref, batch)
+        with self.backend.unwrap(self.actor).reference_context():  # LoRA: adapters off
+            return self._forward_logprobs(self.actor, batch)
+
+    # ------------------------------------------------------------ advantages
+    def _compute_advantages(self, batch: Batch) -> dict[str, float]:
+        a = self.cfg.algorithm
+        mask = batch["response_mask"]
+        metrics: dict[str, float] = {}
+        rewards = batch["token_level_scores"]
+        if a.use_kl_in_reward:
+            kl = (
+                algorithms.kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], a.kl_penalty)
+                * mask
+            )
+            rewards = rewards - self.kl_ctrl.value * kl
+            seq_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
+            self.kl_ctrl.update(seq_kl, n_steps=len(batch))
+            metrics |= {
+                "actor/reward_kl_penalty": seq_kl,
+                "actor/reward_kl_penalty_coeff": self.kl_ctrl.value,
+            }
+        batch["token_level_rewards"] = rewards
+        adv, ret = self.estimator.fn(
+            rewards,
+            mask,
+            index=batch["index"],
+            values=batch.get("values"),
+            reward_baselines=batch.get("reward_baselines"),
+            gamma=a.gamma,
+            lam=a.lam,
+            norm_by_std=a.norm_adv_by_std_in_grpo,
+            **a.estimator_options,
+        )
+        batch["advantages"], batch["returns"] = adv, ret
+        if a.rollout_is_level is not None:
+            weights, is_metrics = algorithms.rollout_is_weights(
+                batch["old_log_probs"],
+                batch["rollout_log_probs"],
+                mask,
+                level=a.rollout_is_level,
+                mode=a.rollout_is_mode,
+                threshold=a.rollout_is_threshold,
+                threshold_low=a.rollout_is_threshold_low,
+            )
+            batch["rollout_is_weights"] = weights
+            metrics |= {k: float(v) for k, v in is_metrics.items()}
+        diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * mask
+        metrics["rollout/logprob_diff_max"] = diff.max().item() if mask.any() else 0.0
+        return metrics
+
+    # ---------------------------------------------------------------- updates
+    def _minibatches(self, batch: Batch) -> list[Batch]:
+        o = self.cfg.optim
+        rows = o.ppo_mini_batch_size * self.cfg.rollout.n
+        out = []
+        for epoch in range(o.ppo_epochs):
+            if o.shuffle:
+                g = torch.Generator().manual_seed(
+                    self.cfg.trainer.seed * 7919 + self.step_count * 101 + epoch
+                )
+                order = torch.randperm(len(batch), generator=g)
+            else:
+                order = torch.arange(len(batch))
+            out += [batch.select(mb) for mb in order.split(rows)]
+        return out
+
+    def _global_norms(self, mini: Batch) -> dict[str, Any]:
+        mask = mini["response_mask"]
+        return {
+            "num_tokens": mask.sum().clamp(min=1).item(),
+            "num_seqs": (mask.sum(-1) > 0).sum().clamp(min=1).item(),
+            "norm_length": self.cfg.rollout.max_response_length,
+        }
+
+    def _optimizer_step(self, module, optimizer, finite: bool) -> tuple[float, bool]:
+        """Clip, then step unless the loss or the gradient is not finite (decided globally)."""
+        grad_norm = self.backend.clip_grad_norm_(module, self.cfg.optim.grad_clip)
+        grad_norm = float(grad_norm)
+        ok = comm.same_everywhere(int(finite and math.isfinite(grad_norm)), "min") == 1
+        if ok:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm, ok
+
+    def _update_actor(self, batch: Batch) -> dict[str, float]:
+        a = self.cfg.algorithm
+        means, skipped, totals = WeightedMeans(), 0, []
+        for mini in self._minibatches(batch):
+            norms = self._global_norms(mini)
+            local = self._local_share(mini).to(self.backend.device)
+            finite, sums = (
+                True,
+                torch.zeros(2, dtype=torch.float64),
+            )  # (pg_loss, loss) of the mini-batch
+            for rows in self._micro_batches(local):
+                micro = local.select(rows if len(rows) else [0])
+                if not len(rows):
+                    micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
+                loss, pg_loss, parts = self._actor_loss(micro, norms)
+                finite &= bool(torch.isfinite(loss))
+                if finite:
+                    self.backend.backward(loss * self.world)  # ranks' grads are averaged
+                # Globally normalised: the micro-batch terms of all ranks add up to the mini-batch loss.
+                sums += torch.tensor([pg_loss.item(), loss.item()], dtype=torch.float64)
+                means.add(parts, weight=float(micro["response_mask"].sum()))
+            grad_norm, ok = self._optimizer_step(self.actor, self.actor_opt, finite)
+            skipped += int(not ok)
+            if ok:
+                self.weights.bump()
+            totals.append(comm.all_reduce(sums).tolist())
+            means.add({"actor/grad_norm": grad_norm}, weight=1.0 / self.world)
+        self.actor_sched.step()
+        out = means.reduced(comm.all_reduce)
+        out["actor/pg_loss"] = float(np.mean([t[0] for t in totals]))
+        out["actor/loss"] = float(np.mean([t[1] for t in totals]))
+        out["actor/lr"] = self.actor_sched.get_last_lr()[0]
+        out["actor/nan_skipped_updates"] = float(skipped)
+        if skipped:
+            self._print(
+                f"step {self.step_count}: {skipped} actor update(s) skipped (non-finite loss or grad)"
+            )
+        if a.use_kl_in_reward or a.use_kl_loss:
+            out["actor/kl_coef"] = self.kl_ctrl.value if a.use_kl_in_reward else a.kl_loss_coef
+        return out
+
+    def _actor_loss(
+        self, micro: Batch, norms: dict[str, Any]
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+        """(total loss, policy-gradient loss, token-mean metrics) of one micro-batch."""
+        a = self.cfg.algorithm
+        mask = micro["response_mask"]
+        logp, entropy = self.actor(
+            micro.tensors, micro.prompt_width, self.cfg.rollout.temperature, a.entropy_coeff != 0
+        )
+        pg_loss, pg_metrics = self.policy_loss(
+            micro["old_log_probs"],
+            logp,
+            micro["advantages"],
+            mask,
+            loss_agg_mode=a.loss_agg_mode,
+            clip_ratio=a.clip_ratio,
+            clip_ratio_low=a.clip_ratio_low,
+            clip_ratio_high=a.clip_ratio_high,
+            clip_ratio_c=a.clip_ratio_c,
+            rollout_is_weights=micro.get("rollout_is_weights"),
+            **norms,
+            **a.loss_options,
+        )
+        loss = pg_loss
+        parts = {f"actor/{k}": v for k, v in pg_metrics.items()}
+        if a.entropy_coeff != 0:
+            ent = algorithms.aggregate_loss(entropy, mask, a.loss_agg_mode, **norms)
+            loss = loss - a.entropy_coeff * ent
+        if a.use_kl_loss:
+            kl = algorithms.kl_penalty(logp, micro["ref_log_probs"], a.kl_loss_type)
+            kl_loss = algorithms.aggregate_loss(kl, mask, a.loss_agg_mode, **norms)
+            loss = loss + a.kl_loss_coef * kl_loss
+            parts["actor/kl_loss"] = (kl * mask).sum() / mask.sum().clamp(min=1)
+        return loss, pg_loss.detach(), parts
+
+    def _update_critic(self, batch: Batch) -> dict[str, float]:
+        o = self.cfg.optim
+        means, skipped = WeightedMeans(), 0
+        for mini in self._minibatches(batch):
+            norms = self._global_norms(mini)
+            local = self._local_share(mini).to(self.backend.device)
+            finite = True
+            for rows in self._micro_batches(local):
+                micro = local.select(rows if len(rows) else [0])
+                if not len(rows):
+                    micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
+                vpreds = self.critic(micro.tensors, micro.prompt_width)
+                loss, vf_metrics = algorithms.value_loss(
+                    vpreds,
+                    micro["returns"],
+                    micro["values"],
+                    micro["response_mask"],
+                    cliprange_value=o.cliprange_value,
+                    loss_agg_mode=self.cfg.algorithm.loss_agg_mode,
+                    **norms,
+                )
+                finite &= bool(torch.isfinite(loss))
+                if finite:
+                    self.backend.backward(loss * self.world)
+                means.add(
+                    {f"critic/{k}": v for k, v in vf_metrics.items()}
+                    | {"critic/vf_loss": loss.detach()},
+                    weight=float(micro["response_mask"].sum()),
+                )
+            grad_norm, ok = self._optimizer_step(self.critic, self.critic_opt, finite)
+            skipped += int(not ok)
+            means.add({"critic/grad_norm": grad_norm}, weight=1.0 / self.world)
+        self.critic_sched.step()
+        out = means.reduced(comm.all_reduce)
+        out["critic/lr"] = self.critic_sched.get_last_lr()[0]
+        out["critic/nan_skipped_updates"] = float(skipped)
+        return out
+
+    # ------------------------------------------------------------ validation
+    @torch.no_grad()
+    def validate(self) -> dict[str, float]:
+        """Generate ``val_n`` responses per held-out prompt; mean@k and pass@k per data source."""
+        from rlkit.evaluation import mean_and_pass_at_k
+
+        prompts = self.val_prompts
+        timer = PhaseTimer()
+        with timer("testing"):
+            scored = self._generate_and_score(
+                prompts, list(range(len(prompts))), self._sampling(validation=True), timer
+            )
+        correct: dict[str, dict[int, list[bool]]] = {}
+        scores: dict[str, list[float]] = {}
+        for i, p_idx in enumerate(scored.rollout.prompt_index):
+            source = prompts.data_sources[p_idx]
+            correct.setdefault(source, {}).setdefault(p_idx, []).append(bool(scored.acc[i]))
+            scores.setdefault(source, []).append(scored.scores[i])
+        out: dict[str, float] = {"timing_s/testing": timer.seconds["testing"]}
+        for source, per_prompt in correct.items():
+            stats = mean_and_pass_at_k(list(per_prompt.values()))
+            out |= {f"val/{source}/{k}": v for k, v in stats.items()}
+            out[f"val/{source}/score/mean"] = float(np.mean(scores[source]))
+        return out
+
+    # --------------------------------------------------------------- metrics
+    def _perf_metrics(self, batch: Batch, timer: PhaseTimer) -> dict[str, float]:
+        tokens = int(batch["prompt_lengths"].sum() + batch["response_lengths"].sum())
+        out = timer.metrics(tokens)
+        step_s = timer.seconds.get("step", 0.0)
+        out["perf/total_num_tokens"] = float(tokens)
+        if step_s > 0:
+            out["perf/throughput"] = tokens / step_s / self.world
+        mem = self.platform.memory_stats()
+        out |= {f"perf/{k}": float(v) for k, v in mem.items()}
+        peak = self.platform.peak_flops(next(self.actor.parameters()).dtype)
+        update_s = timer.seconds.get("update_actor", 0.0)
+        if peak and update_s > 0:
+            n_params = sum(p.numel() for p in self.backend.unwrap(self.actor).parameters())
+            # ~6 FLOPs per parameter per token for forward + backward.
+            flops = 6 * n_params * tokens * self.cfg.optim.ppo_epochs
+            out["perf/mfu/actor"] = flops / (update_s * peak * self.world)
+        return out
+
+    def _log(self, metrics: dict[str, float], step: int) -> None:
+        if self.logger is not None:
+            self.logger.log(metrics, step)
+
+    def _print(self, text: str) -> None:
+        if self.logger is not None:
+            self.logger.print(text)
+        elif self.is_main:
+            print(text, flush=True)
+
+    def cleanup(self) -> None:
+        engine = getattr(self, "engine", None)
+        if engine is not None:
+            engine.close()
+        if getattr(self, "logger", None) is not None:
+            self.logger.close()
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            backend.close()
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values * mask).sum() / mask.sum().clamp(min=1))
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith("val/"))

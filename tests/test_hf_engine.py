@@ -1,0 +1,92 @@
+"""The embedded rollout engine returns the sampling distribution's log-probs."""
+
+from contextlib import contextmanager
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.rollout.base import SamplingParams
+
+
+class LocalWeights:
+    """A single-process PolicyWeights around a plain transformers model."""
+
+    version = 0
+
+    def __init__(self, model):
+        self.model = model
+
+    @contextmanager
+    def generation_context(self):
+        yield self.model, {}
+
+
+@pytest.fixture(scope="module")
+def engine_and_model(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = ROLLOUT_ENGINES.get("hf")(model_path=str(tiny_model_dir), tokenizer=tok, weights=LocalWeights(model), seed=0)
+    return engine, model, tok
+
+
+def _reference_logprobs(model, prompt, response, temperature):
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(response)]
+    return torch.log_softmax(logits / temperature, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+
+
+def test_rows_are_grouped_by_prompt_n_at_a_time(engine_and_model):
+    engine, _, tok = engine_and_model
+    prompts = [tok("12+3=").input_ids, tok("7+70=").input_ids, tok("1=").input_ids]
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=5, n=2, temperature=1.0))
+    assert out.prompt_index == [0, 0, 1, 1, 2, 2]
+    assert out.prompt_ids[2] == prompts[1]
+    assert all(1 <= len(r) <= 5 for r in out.response_ids)
+    for ids, reason in zip(out.response_ids, out.finish_reasons):
+        assert reason == ("stop" if ids[-1] == tok.eos_token_id else "length")
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_rollout_logprobs_are_tempered_model_logprobs(engine_and_model, temperature):
+    engine, model, tok = engine_and_model
+    prompts = [tok("12+3=").input_ids, tok("45+67=").input_ids]  # different lengths: left padding
+    torch.manual_seed(0)
+    out = engine.generate(prompts, SamplingParams(max_new_tokens=6, n=2, temperature=temperature))
+    for prompt, resp, lps in zip(out.prompt_ids, out.response_ids, out.rollout_log_probs):
+        ref = _reference_logprobs(model, prompt, resp, temperature)
+        torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_top_k_logprobs_are_renormalised_over_the_kept_tokens(engine_and_model):
+    engine, model, tok = engine_and_model
+    prompt = tok("3+4=").input_ids
+    out = engine.generate([prompt], SamplingParams(max_new_tokens=4, n=3, temperature=1.0, top_k=5))
+    for resp, lps in zip(out.response_ids, out.rollout_log_probs):
+        ids = torch.tensor([prompt + resp])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(resp)]
+        kth = logits.topk(5, dim=-1).values[:, -1:]
+        filtered = logits.masked_fill(logits < kth, float("-inf"))
+        ref = torch.log_softmax(filtered, -1).gather(-1, torch.tensor(resp)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_greedy_is_deterministic_and_argmax(engine_and_model):
+    engine, model, tok = engine_and_model
+    prompt = tok("99+1=").input_ids
+    a = engine.generate([prompt], SamplingParams(max_new_tokens=4, temperature=0.0))
+    b = engine.generate([prompt], SamplingParams(max_new_tokens=4, temperature=0.0))
+    assert a.response_ids == b.response_ids
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        first = model(ids).logits[0, -1].argmax().item()
+    assert a.response_ids[0][0] == first
+
+
+def test_unknown_engine_option_is_rejected(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with pytest.raises(TypeError, match="generation_batchsize"):
+        ROLLOUT_ENGINES.get("hf")(tokenizer=tok, weights=None, generation_batchsize=3)

@@ -1,0 +1,126 @@
+"""End-to-end trainer runs on a tiny model: outputs, resume, faults, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from rlkit.logging import read_metrics
+from rlkit.trainer.trainer import RLTrainer
+from tests.experiment_factory import small_experiment
+
+VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
+
+
+def _stable(records):
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in records]
+
+
+def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tmp_path):
+    out = tmp_path / "run"
+    cfg = small_experiment(demo_model_dir, out, trainer={"total_steps": 2, "test_freq": 1, "save_freq": 1,
+                                                          "plot_learning_curve": True})
+    history = RLTrainer(cfg).run()
+    assert len(history) == 2
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr", "actor/pg_clipfrac",
+                "actor/ppo_kl", "critic/score/mean", "critic/advantages/mean", "response_length/mean",
+                "response_length/clip_ratio", "prompt_length/mean", "global_seqlen/mean", "perf/throughput",
+                "perf/total_num_tokens", "perf/cpu_memory_used_gb", "timing_s/gen", "timing_s/step",
+                "timing_s/update_actor", "train/num_gen_batches", "val/arithmetic/mean@2",
+                "val/arithmetic/pass@2"):
+        assert key in history[-1], key
+    assert all(math.isfinite(v) for v in history[-1].values())
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2]  # step 0 = validation before training
+    events = list((out / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    assert "AlgorithmConfig" in (out / "config.gin").read_text() or (out / "resolved_config.json").exists()
+    assert json.loads((out / "resolved_config.json").read_text())["algorithm"]["adv_estimator"] == "grpo"
+    assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
+    assert (out / "learning_curve.png").stat().st_size > 1000
+
+
+def test_resume_continues_bitwise_identically(demo_model_dir, tmp_path):
+    # Validation every 2 steps in all runs: the interrupted run validates at its last step (2).
+    straight = small_experiment(demo_model_dir, tmp_path / "straight", trainer={"total_steps": 4, "test_freq": 2})
+    RLTrainer(straight).run()
+    first = small_experiment(demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 2, "test_freq": 2})
+    RLTrainer(first).run()  # saves global_step_2 at the end
+    second = small_experiment(demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 4, "test_freq": 2})
+    trainer = RLTrainer(second)
+    trainer.run()
+    assert trainer.resumed_from.endswith("global_step_2")
+    a = _stable(read_metrics(tmp_path / "straight" / "metrics.jsonl"))
+    b = _stable(read_metrics(tmp_path / "resumed" / "metrics.jsonl"))
+    assert a == b
+
+
+def test_crash_while_saving_keeps_last_good_checkpoint(demo_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "crash"
+    cfg = small_experiment(demo_model_dir, out, trainer={"total_steps": 2, "save_freq": 1, "save_at_end": True})
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    trainer.step_count = 0
+    real = trainer.backend.save_sharded
+    calls = {"n": 0}
+
+    def dies_on_second_save(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            real(*args, **kwargs)
+            raise KeyboardInterrupt("killed while writing checkpoint 2")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.backend, "save_sharded", dies_on_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    trainer.cleanup()
+    ckpts = trainer.checkpoints
+    assert ckpts.latest().name == "global_step_1"
+    assert not (out / "checkpoints" / "global_step_2").exists()
+    resumed = RLTrainer(small_experiment(demo_model_dir, out, trainer={"total_steps": 2}))
+    resumed.run()
+    assert resumed.resumed_from.endswith("global_step_1")
+    assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
+
+
+def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
+    cfg = small_experiment(demo_model_dir, tmp_path / "nan", trainer={"total_steps": 1, "save_at_end": False},
+                           algorithm={"policy_loss": "tests.faulty_components:nan_loss", "use_kl_loss": False})
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
+    metrics = trainer.step()
+    trainer.cleanup()
+    assert metrics["actor/nan_skipped_updates"] >= 1
+    for k, v in trainer.actor.state_dict().items():
+        assert torch.equal(v, before[k]), f"{k} changed although the loss was NaN"
+
+
+def test_reward_that_raises_scores_zero_and_is_counted(demo_model_dir, tmp_path):
+    cfg = small_experiment(demo_model_dir, tmp_path / "bad_reward", trainer={"total_steps": 1, "save_at_end": False},
+                           data={"reward": "tests.faulty_components:raising_reward"})
+    metrics = RLTrainer(cfg).run()[-1]
+    assert metrics["reward/num_errors"] == 16  # 4 prompts x 4 responses
+    assert metrics["critic/score/mean"] == 0.0
+
+
+def test_long_prompts_are_filtered_or_truncated_and_counted(demo_model_dir, tmp_path):
+    # "a+b=" prompts have 4-6 tokens; a limit of 5 cuts the longest ones.
+    cfg = small_experiment(demo_model_dir, tmp_path / "filter", trainer={"total_steps": 1, "save_at_end": False},
+                           data={"max_prompt_length": 5, "truncation": "filter"})
+    metrics = RLTrainer(cfg).run()[-1]
+    assert metrics["train/num_filtered_prompts"] > 0
+    assert metrics["prompt_length/max"] <= 5
+    cfg = small_experiment(demo_model_dir, tmp_path / "error", data={"max_prompt_length": 5, "truncation": "error"})
+    with pytest.raises(ValueError, match="max_prompt_length=5"):
+        RLTrainer(cfg).run()
+
+
+def test_missing_model_path_is_a_clear_error(tmp_path):
+    cfg = small_experiment(tmp_path / "nowhere", tmp_path / "run")
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        RLTrainer(cfg).run()
