@@ -165,7 +165,7 @@ class OptimConfig:
     max_token_len_per_micro_batch: int = 8192
     shuffle: bool = True
     cliprange_value: float = 0.5
-    logprob_chunk_size: int = 1024
+    logprob_chunk_size: int = 512
     """Tokens per chunk of the fused log-prob/entropy op (bounds the logits' memory)."""
 
 
