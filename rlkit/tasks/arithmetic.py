@@ -66,11 +66,12 @@ def arithmetic_dataset(
     )
 
 
-def _noisy_answer(a: int, b: int, rng: random.Random, noise: float) -> str:
+def _noisy_answer(
+    a: int, b: int, rng: random.Random, noise: float, offsets: tuple[int, ...]
+) -> str:
     if rng.random() >= noise:
         return str(a + b)
-    wrong = a + b + rng.choice([-10, -2, -1, 1, 2, 10])
-    return str(abs(wrong))
+    return str(abs(a + b + rng.choice(offsets)))
 
 
 @gin.configurable
@@ -81,6 +82,7 @@ def arithmetic_sft_model(
     batch_size: int = 128,
     lr: float = 3e-3,
     label_noise: float = 0.5,
+    wrong_offsets: tuple[int, ...] = (1,),
     hidden_size: int = 96,
     num_layers: int = 2,
     seed: int = 0,
@@ -93,7 +95,10 @@ def arithmetic_sft_model(
     masked out of the loss).
 
     Args:
-        label_noise: fraction of demonstrations whose answer is wrong by a small offset.
+        label_noise: fraction of demonstrations whose answer is wrong.
+        wrong_offsets: a wrong answer is ``a + b + offset`` for an offset drawn from these;
+            the default, a consistent off-by-one, gives a policy torn between two answers
+            that RL can resolve with one transferable preference.
     """
     from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 
@@ -135,7 +140,7 @@ def arithmetic_sft_model(
     model.train()
     for step in range(steps):
         batch = [rng.choice(pairs) for _ in range(batch_size)]
-        ids, labels = _sft_batch(batch, tokenizer, rng, label_noise)
+        ids, labels = _sft_batch(batch, tokenizer, rng, label_noise, tuple(wrong_offsets))
         loss = model(
             input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels
         ).loss
@@ -158,13 +163,15 @@ def arithmetic_sft_model(
 
 
 def _sft_batch(
-    pairs, tokenizer, rng: random.Random, noise: float
+    pairs, tokenizer, rng: random.Random, noise: float, offsets: tuple[int, ...]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-padded ``prompt answer EOS`` rows; labels are -100 except on answer + EOS."""
     rows, label_rows = [], []
     for a, b in pairs:
         prompt = tokenizer(f"{a}+{b}=", add_special_tokens=False)["input_ids"]
-        answer = tokenizer(_noisy_answer(a, b, rng, noise), add_special_tokens=False)["input_ids"]
+        answer = tokenizer(_noisy_answer(a, b, rng, noise, offsets), add_special_tokens=False)[
+            "input_ids"
+        ]
         answer = answer + [tokenizer.eos_token_id]
         rows.append(prompt + answer)
         label_rows.append([-100] * len(prompt) + answer)

@@ -1,0 +1,66 @@
+"""The trainer under ``accelerate launch --num_processes 2`` (FSDP2 over gloo) on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.test_backend_distributed import _free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+GIN = """
+include 'presets/dapo.gin'
+ModelConfig.path = "{model}"
+DataConfig.dataset_fn = @arithmetic_dataset
+arithmetic_dataset.limit = 32
+DataConfig.reward = "exact_match"
+DataConfig.max_prompt_length = 16
+DataConfig.train_batch_size = 4
+DataConfig.val_limit = 6
+RolloutConfig.n = 4
+RolloutConfig.max_response_length = 6
+RolloutConfig.val_n = 2
+RolloutConfig.val_temperature = 1.0
+AlgorithmConfig.max_num_gen_batches = 2
+AlgorithmConfig.overlong_buffer_len = 2
+OptimConfig.lr = 1e-3
+OptimConfig.ppo_mini_batch_size = 2
+OptimConfig.use_dynamic_bsz = True
+OptimConfig.max_token_len_per_micro_batch = 40
+TrainerConfig.total_steps = 2
+TrainerConfig.save_freq = 1
+TrainerConfig.output_dir = "{out}"
+TrainerConfig.progress_bar = False
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_dir, tmp_path):
+    out = tmp_path / "run"
+    cfg = tmp_path / "two.gin"
+    cfg.write_text(GIN.format(model=demo_model_dir, out=out))
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(_free_port()), "-m", "rlkit.train", str(cfg)]
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert "processes=2" in proc.stdout + proc.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2]  # one writer: the main process only
+    last = records[-1]
+    assert last["train/num_gen_batches"] >= 1 and "actor/pg_loss" in last or "train/skipped_step" in last
+    step = out / "checkpoints" / "global_step_2"
+    assert (step / "COMPLETE").exists()
+    assert {p.name for p in step.glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}
+    # Sharded checkpoint: every rank wrote its own part of the actor.
+    assert len(list((step / "actor").glob("*.distcp"))) == 2
