@@ -75,10 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     from rlkit.trainer.config import ExperimentConfig
     from rlkit.trainer.trainer import RLTrainer
 
+    from rlkit.registry import UnknownNameError
+
     try:
-        config = ExperimentConfig()
+        config = ExperimentConfig.from_gin()
         config.validate()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, UnknownNameError) as exc:
         raise SystemExit(f"rlkit train: {exc}") from exc
     RLTrainer(config).run()
     return 0

@@ -31,8 +31,13 @@ def small_experiment(model_dir: str, out_dir: str, **sections: dict) -> Experime
         rollout=RolloutConfig(n=4, max_response_length=6, val_n=2, val_temperature=1.0),
         algorithm=AlgorithmConfig(use_kl_loss=False),
         optim=OptimConfig(lr=1e-3, ppo_mini_batch_size=2, micro_batch_size=3),
-        trainer=TrainerConfig(total_steps=2, test_freq=0, output_dir=str(out_dir), progress_bar=False,
-                              plot_learning_curve=False),
+        trainer=TrainerConfig(
+            total_steps=2,
+            test_freq=0,
+            output_dir=str(out_dir),
+            progress_bar=False,
+            plot_learning_curve=False,
+        ),
     )
     for name, fields in sections.items():
         setattr(cfg, name, replace(getattr(cfg, name), **fields))

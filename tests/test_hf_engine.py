@@ -27,7 +27,9 @@ class LocalWeights:
 def engine_and_model(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = ROLLOUT_ENGINES.get("hf")(model_path=str(tiny_model_dir), tokenizer=tok, weights=LocalWeights(model), seed=0)
+    engine = ROLLOUT_ENGINES.get("hf")(
+        model_path=str(tiny_model_dir), tokenizer=tok, weights=LocalWeights(model), seed=0
+    )
     return engine, model, tok
 
 
@@ -35,7 +37,11 @@ def _reference_logprobs(model, prompt, response, temperature):
     ids = torch.tensor([prompt + response])
     with torch.no_grad():
         logits = model(ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(response)]
-    return torch.log_softmax(logits / temperature, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+    return (
+        torch.log_softmax(logits / temperature, -1)
+        .gather(-1, torch.tensor(response)[:, None])
+        .squeeze(-1)
+    )
 
 
 def test_rows_are_grouped_by_prompt_n_at_a_time(engine_and_model):

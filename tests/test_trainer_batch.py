@@ -25,7 +25,11 @@ def test_build_batch_left_pads_prompts_and_right_pads_responses():
     # Positions count real tokens only: row 1 starts at position 0 on token 7.
     assert b["position_ids"][1].tolist()[1:3] == [0, 1]
     assert b["response_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
-    assert b["rollout_log_probs"][0, :3].tolist() == [-0.10000000149011612, -0.20000000298023224, -0.30000001192092896]
+    assert b["rollout_log_probs"][0, :3].tolist() == [
+        -0.10000000149011612,
+        -0.20000000298023224,
+        -0.30000001192092896,
+    ]
     assert b["response_lengths"].tolist() == [3, 1] and b["prompt_lengths"].tolist() == [2, 1]
 
 

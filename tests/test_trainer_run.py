@@ -21,35 +21,67 @@ def _stable(records):
 
 def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tmp_path):
     out = tmp_path / "run"
-    cfg = small_experiment(demo_model_dir, out, trainer={"total_steps": 2, "test_freq": 1, "save_freq": 1,
-                                                          "plot_learning_curve": True})
+    cfg = small_experiment(
+        demo_model_dir,
+        out,
+        trainer={"total_steps": 2, "test_freq": 1, "save_freq": 1, "plot_learning_curve": True},
+    )
     history = RLTrainer(cfg).run()
     assert len(history) == 2
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/lr", "actor/pg_clipfrac",
-                "actor/ppo_kl", "critic/score/mean", "critic/advantages/mean", "response_length/mean",
-                "response_length/clip_ratio", "prompt_length/mean", "global_seqlen/mean", "perf/throughput",
-                "perf/total_num_tokens", "perf/cpu_memory_used_gb", "timing_s/gen", "timing_s/step",
-                "timing_s/update_actor", "train/num_gen_batches", "val/arithmetic/mean@2",
-                "val/arithmetic/pass@2"):
+    for key in (
+        "actor/pg_loss",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/lr",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "critic/score/mean",
+        "critic/advantages/mean",
+        "response_length/mean",
+        "response_length/clip_ratio",
+        "prompt_length/mean",
+        "global_seqlen/mean",
+        "perf/throughput",
+        "perf/total_num_tokens",
+        "perf/cpu_memory_used_gb",
+        "timing_s/gen",
+        "timing_s/step",
+        "timing_s/update_actor",
+        "train/num_gen_batches",
+        "val/arithmetic/mean@2",
+        "val/arithmetic/pass@2",
+    ):
         assert key in history[-1], key
     assert all(math.isfinite(v) for v in history[-1].values())
     records = read_metrics(out / "metrics.jsonl")
     assert [r["step"] for r in records] == [0, 1, 2]  # step 0 = validation before training
     events = list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
-    assert "AlgorithmConfig" in (out / "config.gin").read_text() or (out / "resolved_config.json").exists()
-    assert json.loads((out / "resolved_config.json").read_text())["algorithm"]["adv_estimator"] == "grpo"
+    assert (
+        "AlgorithmConfig" in (out / "config.gin").read_text()
+        or (out / "resolved_config.json").exists()
+    )
+    assert (
+        json.loads((out / "resolved_config.json").read_text())["algorithm"]["adv_estimator"]
+        == "grpo"
+    )
     assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
     assert (out / "learning_curve.png").stat().st_size > 1000
 
 
 def test_resume_continues_bitwise_identically(demo_model_dir, tmp_path):
     # Validation every 2 steps in all runs: the interrupted run validates at its last step (2).
-    straight = small_experiment(demo_model_dir, tmp_path / "straight", trainer={"total_steps": 4, "test_freq": 2})
+    straight = small_experiment(
+        demo_model_dir, tmp_path / "straight", trainer={"total_steps": 4, "test_freq": 2}
+    )
     RLTrainer(straight).run()
-    first = small_experiment(demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 2, "test_freq": 2})
+    first = small_experiment(
+        demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 2, "test_freq": 2}
+    )
     RLTrainer(first).run()  # saves global_step_2 at the end
-    second = small_experiment(demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 4, "test_freq": 2})
+    second = small_experiment(
+        demo_model_dir, tmp_path / "resumed", trainer={"total_steps": 4, "test_freq": 2}
+    )
     trainer = RLTrainer(second)
     trainer.run()
     assert trainer.resumed_from.endswith("global_step_2")
@@ -60,7 +92,9 @@ def test_resume_continues_bitwise_identically(demo_model_dir, tmp_path):
 
 def test_crash_while_saving_keeps_last_good_checkpoint(demo_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "crash"
-    cfg = small_experiment(demo_model_dir, out, trainer={"total_steps": 2, "save_freq": 1, "save_at_end": True})
+    cfg = small_experiment(
+        demo_model_dir, out, trainer={"total_steps": 2, "save_freq": 1, "save_at_end": True}
+    )
     trainer = RLTrainer(cfg)
     trainer.setup()
     trainer.step_count = 0
@@ -88,8 +122,12 @@ def test_crash_while_saving_keeps_last_good_checkpoint(demo_model_dir, tmp_path,
 
 
 def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
-    cfg = small_experiment(demo_model_dir, tmp_path / "nan", trainer={"total_steps": 1, "save_at_end": False},
-                           algorithm={"policy_loss": "tests.faulty_components:nan_loss", "use_kl_loss": False})
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "nan",
+        trainer={"total_steps": 1, "save_at_end": False},
+        algorithm={"policy_loss": "tests.faulty_components:nan_loss", "use_kl_loss": False},
+    )
     trainer = RLTrainer(cfg)
     trainer.setup()
     before = {k: v.clone() for k, v in trainer.actor.state_dict().items()}
@@ -101,8 +139,12 @@ def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
 
 
 def test_reward_that_raises_scores_zero_and_is_counted(demo_model_dir, tmp_path):
-    cfg = small_experiment(demo_model_dir, tmp_path / "bad_reward", trainer={"total_steps": 1, "save_at_end": False},
-                           data={"reward": "tests.faulty_components:raising_reward"})
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "bad_reward",
+        trainer={"total_steps": 1, "save_at_end": False},
+        data={"reward": "tests.faulty_components:raising_reward"},
+    )
     metrics = RLTrainer(cfg).run()[-1]
     assert metrics["reward/num_errors"] == 16  # 4 prompts x 4 responses
     assert metrics["critic/score/mean"] == 0.0
@@ -110,12 +152,18 @@ def test_reward_that_raises_scores_zero_and_is_counted(demo_model_dir, tmp_path)
 
 def test_long_prompts_are_filtered_or_truncated_and_counted(demo_model_dir, tmp_path):
     # "a+b=" prompts have 4-6 tokens; a limit of 5 cuts the longest ones.
-    cfg = small_experiment(demo_model_dir, tmp_path / "filter", trainer={"total_steps": 1, "save_at_end": False},
-                           data={"max_prompt_length": 5, "truncation": "filter"})
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "filter",
+        trainer={"total_steps": 1, "save_at_end": False},
+        data={"max_prompt_length": 5, "truncation": "filter"},
+    )
     metrics = RLTrainer(cfg).run()[-1]
     assert metrics["train/num_filtered_prompts"] > 0
     assert metrics["prompt_length/max"] <= 5
-    cfg = small_experiment(demo_model_dir, tmp_path / "error", data={"max_prompt_length": 5, "truncation": "error"})
+    cfg = small_experiment(
+        demo_model_dir, tmp_path / "error", data={"max_prompt_length": 5, "truncation": "error"}
+    )
     with pytest.raises(ValueError, match="max_prompt_length=5"):
         RLTrainer(cfg).run()
 

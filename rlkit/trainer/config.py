@@ -209,6 +209,17 @@ class ExperimentConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
+    @classmethod
+    def from_gin(cls) -> ExperimentConfig:
+        """Build every section from the parsed gin bindings.
+
+        Registered names are checked before :class:`ModelConfig` is built, because
+        building it may run work bound in gin (e.g. ``@arithmetic_sft_model()``).
+        """
+        algorithm, data, rollout = AlgorithmConfig(), DataConfig(), RolloutConfig()
+        check_registered_names(algorithm, data, rollout)
+        return cls(ModelConfig(), data, rollout, algorithm, OptimConfig(), TrainerConfig())
+
     def validate(self) -> None:
         """Raise ``ValueError`` naming every inconsistent setting, before any work."""
         problems = []
@@ -242,3 +253,28 @@ class ExperimentConfig:
             problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
         if problems:
             raise ValueError("invalid experiment configuration:\n  - " + "\n  - ".join(problems))
+
+
+def check_registered_names(
+    algorithm: AlgorithmConfig, data: DataConfig, rollout: RolloutConfig
+) -> None:
+    """Resolve every registry name the configuration uses; an unknown one raises the
+    registry's error (which lists the known names and the nearest match)."""
+    from rlkit.registry import (
+        AGGREGATIONS,
+        ESTIMATORS,
+        KL_PENALTIES,
+        POLICY_LOSSES,
+        REWARDS,
+        ROLLOUT_ENGINES,
+    )
+
+    ESTIMATORS.entry(algorithm.adv_estimator)
+    POLICY_LOSSES.entry(algorithm.policy_loss)
+    AGGREGATIONS.entry(algorithm.loss_agg_mode)
+    if algorithm.use_kl_loss:
+        KL_PENALTIES.entry(algorithm.kl_loss_type)
+    if algorithm.use_kl_in_reward:
+        KL_PENALTIES.entry(algorithm.kl_penalty)
+    REWARDS.entry(data.reward)
+    ROLLOUT_ENGINES.entry(rollout.engine)

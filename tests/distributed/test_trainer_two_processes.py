@@ -46,19 +46,43 @@ def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_di
     out = tmp_path / "run"
     cfg = tmp_path / "two.gin"
     cfg.write_text(GIN.format(model=demo_model_dir, out=out))
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+    env = os.environ | {
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(_free_port()), "-m", "rlkit.train", str(cfg)]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "rlkit.train",
+        str(cfg),
+    ]
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "processes=2" in proc.stdout + proc.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]  # one writer: the main process only
     last = records[-1]
-    assert last["train/num_gen_batches"] >= 1 and "actor/pg_loss" in last or "train/skipped_step" in last
+    assert (
+        last["train/num_gen_batches"] >= 1
+        and "actor/pg_loss" in last
+        or "train/skipped_step" in last
+    )
     step = out / "checkpoints" / "global_step_2"
     assert (step / "COMPLETE").exists()
     assert {p.name for p in step.glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}

@@ -198,7 +198,11 @@ class SGLangEngine(RolloutEngine):
                         server, extra_args=(*server.extra_args, flag, str(self.vocab_size))
                     )
             configs = [_for_index(server, i) for i in range(num_servers)]
-            servers = start_servers(configs, self.log_dir)
+            try:
+                servers = start_servers(configs, self.log_dir)
+            except BaseException:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                raise
         owned_urls = _broadcast_object([s.url for s in servers])
         endpoints = [Endpoint(s.url, s) for s in servers] if self.rank == 0 else []
         endpoints += [Endpoint(u) for u in owned_urls] if self.rank != 0 else []
@@ -404,6 +408,8 @@ class SGLangEngine(RolloutEngine):
             if self.weight_sync_mode != "disk":  # disk updates flush as part of the request
                 self._run(self._all(targets, "/flush_cache", {}))
             self.pool.mark_synced(targets)
+        else:  # process 0 synced every server: whatever this process saw as stale is current
+            self.pool.mark_synced(self.pool.endpoints)
         self.expected_version = version
         elapsed = time.perf_counter() - start
         metrics = {"timing_s/weight_sync": elapsed}
@@ -428,26 +434,32 @@ class SGLangEngine(RolloutEngine):
         )
         self.latest_snapshot = final
         body = {"model_path": str(final), "weight_version": version, "flush_cache": True}
-        self._run(self._all(targets, "/update_weights_from_disk", body))
+        self._run(self._all(targets, "/update_weights_from_disk", body, tolerate=True))
 
     def _sync_tensor(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
         tp = self.server_config.tp_size if self.server_config else 1
+        on_gpu = bool(self.server_config and self.server_config.device == "cuda")
+        on_gpu = on_gpu and torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
         if self.rank == 0:
-            self._run(self._all(targets, "/begin_weight_update", {}))
+            self._run(self._all(targets, "/begin_weight_update", {}, tolerate=True))
         try:
             for bucket in weight_sync.buckets(weights.named_tensors(), self.bucket_bytes):
                 if self.rank != 0:
                     continue  # other processes only take part in the collective export
+                if on_gpu:  # colocated GPU servers map the tensors (CUDA IPC), no HTTP copy
+                    bucket = [(n, t.to(device, non_blocking=True)) for n, t in bucket]
+                    torch.cuda.synchronize()
                 payload = weight_sync.serialize_bucket(bucket)
                 body = {
                     "serialized_named_tensors": [payload] * tp,
                     "flush_cache": False,
                     "weight_version": version,
                 }
-                self._run(self._all(targets, "/update_weights_from_tensor", body))
+                self._run(self._all(targets, "/update_weights_from_tensor", body, tolerate=True))
         finally:
             if self.rank == 0:
-                self._run(self._all(targets, "/end_weight_update", {}))
+                self._run(self._all(targets, "/end_weight_update", {}, tolerate=True))
 
     def _sync_distributed(
         self, weights: PolicyWeights, version: str, targets: list[Endpoint]
@@ -549,10 +561,38 @@ class SGLangEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ plumbing
     async def _all(
-        self, targets: list[Endpoint], path: str, body: dict[str, Any] | None
+        self,
+        targets: list[Endpoint],
+        path: str,
+        body: dict[str, Any],
+        *,
+        tolerate: bool = False,
     ) -> list[Any]:
-        results = await self._gather([self.client.post(e.url, path, body or {}) for e in targets])
-        _raise_unless_all_ok(results, path, targets)
+        """``POST path`` to every target at once.
+
+        With ``tolerate``, a target that fails is dropped from ``targets`` (in place, so
+        the rest of this sync skips it and it is not marked synced), taken out of
+        rotation as stale and, if owned, restarted; only if all fail does this raise.
+
+        Raises:
+            WeightSyncError: a target failed (any, or all with ``tolerate``).
+        """
+        calls = [self.client.post(e.url, path, body) for e in targets]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [
+            (e, r)
+            for e, r in zip(targets, results)
+            if isinstance(r, BaseException) or (isinstance(r, dict) and r.get("success") is False)
+        ]
+        if failed and (not tolerate or len(failed) == len(targets)):
+            e, r = failed[0]
+            message = r if isinstance(r, BaseException) else r.get("message")
+            raise weight_sync.WeightSyncError(f"{e.url}{path} failed: {message}")
+        loop = asyncio.get_running_loop()
+        for e, r in failed:
+            targets.remove(e)
+            e.stale = True
+            await loop.run_in_executor(None, self.pool.report_failure, e, f"{path}: {r}")
         return results
 
     @staticmethod

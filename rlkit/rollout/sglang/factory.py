@@ -12,6 +12,9 @@ from typing import Any
 
 from rlkit.registry import ROLLOUT_ENGINES
 
+#: KV-cache tokens of a CPU server when not given (SGLang would reserve ~70% of the RAM).
+CPU_MAX_TOTAL_TOKENS = 16384
+
 
 @ROLLOUT_ENGINES.register(
     "sglang",
@@ -56,7 +59,10 @@ def make_sglang_engine(
         router_url: an ``sglang-router`` address that all generation goes through.
         device, dtype, tp_size, base_gpu_id, mem_fraction_static, max_total_tokens,
             attention_backend: ``sglang.launch_server`` flags (see
-            :class:`~rlkit.rollout.sglang.server.ServerConfig`).
+            :class:`~rlkit.rollout.sglang.server.ServerConfig`). With ``device="cpu"``,
+            ``dtype="auto"`` becomes ``float32`` (SGLang would serve a float32 checkpoint in
+            float16), and unset ``attention_backend`` / ``max_total_tokens`` become
+            ``torch_native`` / ``CPU_MAX_TOTAL_TOKENS``.
         server_args: further ``launch_server`` flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
@@ -65,12 +71,16 @@ def make_sglang_engine(
             ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``,
             ``weight_sync``, ``sync_dir``, ``keep_snapshots``, ``bucket_mb``,
             ``dist_backend``, ``dist_master_address``, ``log_prob_mode``,
-            ``extra_stop_token_ids``, ``vocab_size``, ``verify_sync``,
+            ``extra_stop_token_ids`` (alias ``extra_eos_token_ids``), ``vocab_size``, ``verify_sync``,
             ``verify_tolerance``, ``log_dir``).
     """
     from rlkit.rollout.sglang.engine import SGLangEngine
     from rlkit.rollout.sglang.server import ServerConfig
 
+    if device == "cpu":  # SGLang's own CPU defaults are traps (see docs/sglang.md)
+        dtype = "float32" if dtype == "auto" else dtype
+        attention_backend = attention_backend or "torch_native"
+        max_total_tokens = max_total_tokens or CPU_MAX_TOTAL_TOKENS
     server = None
     if model_path and num_servers > 0:
         server = ServerConfig(
@@ -88,7 +98,9 @@ def make_sglang_engine(
             env=dict(server_env or {}),
             startup_timeout_s=startup_timeout_s,
         )
+    # extra_eos_token_ids: the HF engine's name for the same option.
     stops = list(engine_options.pop("extra_stop_token_ids", ()))
+    stops += list(engine_options.pop("extra_eos_token_ids", ()))
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         stops.append(int(tokenizer.eos_token_id))
     return SGLangEngine(

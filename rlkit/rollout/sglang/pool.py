@@ -46,6 +46,7 @@ class Endpoint:
 
     @property
     def usable(self) -> bool:
+        """Healthy, holding the current weights and not restarting."""
         return self.healthy and not self.stale and not self.restarting
 
 
@@ -95,12 +96,14 @@ class ServerPool:
             return best
 
     def release(self, endpoint: Endpoint, *, ok: bool) -> None:
+        """One request to ``endpoint`` ended (``ok``: it returned a usable answer)."""
         with self._lock:
             endpoint.inflight -= 1
             if ok:
                 endpoint.served += 1
 
     def usable(self) -> list[Endpoint]:
+        """The endpoints in rotation now."""
         with self._lock:
             return [e for e in self.endpoints if e.usable]
 
@@ -165,6 +168,7 @@ class ServerPool:
                 fut.result(timeout=timeout_s)
 
     def mark_synced(self, endpoints: list[Endpoint]) -> None:
+        """``endpoints`` hold the current weights again (back into rotation if healthy)."""
         with self._lock:
             for e in endpoints:
                 e.stale = False

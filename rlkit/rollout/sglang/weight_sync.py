@@ -50,8 +50,8 @@ def publish_snapshot(tmp_dir: Path, root: str | Path, version: int, keep: int) -
     """Rename a complete ``tmp_dir`` to its final name and delete older snapshots.
 
     The rename is atomic on one file system, so a reader sees either no
-    directory or a complete one. The newest ``keep`` snapshots are kept (a server
-    may still be reading the previous one).
+    directory or a complete one. The new snapshot and the ``keep - 1`` most recently
+    published others are kept (a server may still be reading the previous one).
 
     Returns the snapshot's final path.
     """
@@ -59,8 +59,10 @@ def publish_snapshot(tmp_dir: Path, root: str | Path, version: int, keep: int) -
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp_dir, final)
-    snapshots = sorted(Path(root).glob("policy_v*"))
-    for old in snapshots[: max(len(snapshots) - keep, 0)]:
+    os.utime(final)  # publication time: what "most recent" means below
+    others = [p for p in Path(root).glob("policy_v*") if p != final]
+    others.sort(key=lambda p: p.stat().st_mtime)
+    for old in others[: max(len(others) - (keep - 1), 0)]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 

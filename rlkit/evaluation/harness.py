@@ -1,0 +1,262 @@
+"""``rlkit eval MODEL_DIR --dataset gsm8k|aime2024|aime2025|math500|FILE [options]``.
+
+Generates through a rollout engine (``--engine hf`` in this process, or
+``--engine sglang`` with ``--engine-option key=value`` for the servers), scores
+with the dataset's reward, prints accuracy (mean@n) and pass@k (Chen et al.
+2021, arXiv:2107.03374) for k = 1, 2, 4, ..., n, and writes one JSON record per
+problem to ``--output`` (plus ``<output>.summary.json``).
+
+Examples::
+
+    rlkit eval runs/models/smollm2-135m-instruct --dataset gsm8k --limit 100
+    rlkit eval MODEL --dataset aime2024 --n 16 --temperature 0.6 --max-new-tokens 4096 \\
+        --engine sglang --engine-option tp_size=2
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlkit.data import SHARED_DATASETS
+
+
+def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
+    """``["a=1", "b=x", "c=[1, 2]"]`` -> ``{"a": 1, "b": "x", "c": [1, 2]}``.
+
+    Values are Python literals where they parse as one, else strings.
+
+    Raises:
+        SystemExit: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"rlkit eval: {flag} expects key=value, got {pair!r}")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlkit eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("model", help="local Hugging Face model directory")
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help=f"a shared set ({', '.join(SHARED_DATASETS)}) or a JSONL/Parquet file",
+    )
+    parser.add_argument("--split", default="test", help="split of a shared set (default test)")
+    parser.add_argument("--limit", type=int, default=None, help="evaluate the first N problems")
+    parser.add_argument("--n", type=int, default=1, help="responses per problem (default 1)")
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature; default 0 (greedy) for n=1; n>1 needs a value > 0",
+    )
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=-1)
+    parser.add_argument("--max-new-tokens", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=16, help="problems per generate call")
+    parser.add_argument(
+        "--engine", default="hf", help="rollout engine: hf | sglang | pkg.module:factory"
+    )
+    parser.add_argument(
+        "--engine-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="engine factory option (repeatable), e.g. num_servers=2 or device=cpu",
+    )
+    parser.add_argument("--reward", default=None, help="reward name (default: the dataset's)")
+    parser.add_argument(
+        "--reward-option", action="append", default=[], metavar="KEY=VALUE", help="(repeatable)"
+    )
+    parser.add_argument("--reward-timeout", type=float, default=10.0, help="seconds per call")
+    parser.add_argument("--reward-workers", type=int, default=0)
+    parser.add_argument("--no-chat-template", action="store_true", help="plain role: text prompt")
+    parser.add_argument("--instruction", default=None, help="override the instruction suffix")
+    parser.add_argument("--system-prompt", default=None)
+    parser.add_argument("--question-key", default="question", help="(dataset files)")
+    parser.add_argument("--answer-key", default="answer", help="(dataset files)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype", default="auto", help="float32 | bfloat16 | float16 | auto (hf engine)"
+    )
+    parser.add_argument("--device", default=None, help="hf engine device (default: detected)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="per-problem JSON Lines (default runs/eval/<model>/<dataset>.jsonl)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    return parser
+
+
+def load_dataset_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
+    """The prompt-schema dataset named by ``--dataset`` and the reward that scores it."""
+    from rlkit.data import load_prompt_dataset, load_shared_dataset
+
+    options: dict[str, Any] = {"system_prompt": args.system_prompt}
+    if args.instruction is not None:
+        options["instruction"] = args.instruction
+    if args.dataset in SHARED_DATASETS:
+        dataset = load_shared_dataset(args.dataset, args.split, **options)
+        reward = args.reward or SHARED_DATASETS[args.dataset].reward
+    elif Path(args.dataset).exists():
+        if args.reward is None:
+            raise SystemExit(
+                f"rlkit eval: --dataset {args.dataset} is a file: name its reward with --reward "
+                f"(e.g. gsm8k, math, exact_match; see `rlkit list rewards`)"
+            )
+        dataset = load_prompt_dataset(
+            args.dataset,
+            split=args.split,
+            question_key=args.question_key,
+            answer_key=args.answer_key,
+            **options,
+        )
+        reward = args.reward
+    else:
+        raise SystemExit(
+            f"rlkit eval: --dataset {args.dataset!r} is neither a shared set "
+            f"({', '.join(SHARED_DATASETS)}) nor an existing JSONL/Parquet file"
+        )
+    if args.limit is not None:
+        if args.limit < 1:
+            raise SystemExit(f"rlkit eval: --limit must be >= 1, got {args.limit}")
+        dataset = dataset.select(range(min(args.limit, len(dataset))))
+    return dataset, reward
+
+
+def load_tokenizer(model_dir: str) -> Any:
+    """The model's tokenizer, with the EOS token as padding when it has none."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def generation_eos_ids(model_dir: str) -> list[int]:
+    """EOS ids from the model's ``generation_config.json`` (instruct models often list several)."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json: the tokenizer's EOS is all there is
+        return []
+    if eos is None:
+        return []
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def build_engine(args: argparse.Namespace, tokenizer: Any, n: int) -> Any:
+    """The rollout engine ``--engine`` names, for the model directory."""
+    from rlkit.evaluation.loaded_weights import LoadedModelWeights
+    from rlkit.registry import ROLLOUT_ENGINES
+
+    options = parse_options(args.engine_option, "--engine-option")
+    if args.engine == "sglang":
+        import rlkit.rollout.sglang  # noqa: F401  (registers the engine)
+    if args.engine in ("hf", "transformers"):
+        options.setdefault("generation_batch_size", args.batch_size * n)
+        options.setdefault("extra_eos_token_ids", generation_eos_ids(args.model))
+    weights = LoadedModelWeights(args.model, dtype=args.dtype, device=args.device)
+    return ROLLOUT_ENGINES.get(args.engine)(
+        model_path=args.model, tokenizer=tokenizer, weights=weights, seed=args.seed, **options
+    )
+
+
+def _default_output(args: argparse.Namespace) -> Path:
+    model = Path(args.model).resolve().name
+    dataset = Path(args.dataset).stem if Path(args.dataset).exists() else args.dataset
+    suffix = f"-n{args.n}" if args.n > 1 else ""
+    return Path("runs") / "eval" / model / f"{dataset}{suffix}.jsonl"
+
+
+def _progress_printer(quiet: bool, started: float):
+    if quiet:
+        return None
+
+    def show(done: int, total: int, correct: int, responses: int) -> None:
+        print(
+            f"[eval] {done}/{total} problems, accuracy so far {correct / responses:.3f}, "
+            f"{time.perf_counter() - started:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from rlkit.evaluation.evaluator import check_sampling, evaluate
+
+    temperature = args.temperature if args.temperature is not None else 0.0
+    try:
+        check_sampling(args.n, temperature)
+    except ValueError as exc:
+        raise SystemExit(f"rlkit eval: {exc}") from None
+    if not Path(args.model).is_dir():
+        raise SystemExit(f"rlkit eval: model directory {args.model!r} does not exist")
+    started = time.perf_counter()
+    dataset, reward = load_dataset_for_eval(args)
+    tokenizer = load_tokenizer(args.model)
+    with build_engine(args, tokenizer, args.n) as engine:
+        report = evaluate(
+            engine,
+            tokenizer,
+            dataset,
+            reward=reward,
+            n=args.n,
+            temperature=temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            use_chat_template=not args.no_chat_template,
+            seed=args.seed,
+            reward_options=parse_options(args.reward_option, "--reward-option"),
+            reward_timeout_s=args.reward_timeout,
+            reward_workers=args.reward_workers,
+            progress=_progress_printer(args.quiet, started),
+        )
+    report.settings |= {
+        "model": str(args.model),
+        "dataset": args.dataset,
+        "split": args.split,
+        "limit": args.limit,
+        "engine": args.engine,
+        "command": "rlkit eval " + " ".join(sys.argv[2:] if argv is None else argv),
+    }
+    output = Path(args.output) if args.output else _default_output(args)
+    report.write_jsonl(output)
+    mode = "greedy" if temperature == 0 else f"temperature {temperature}"
+    print(
+        f"rlkit eval: {args.model} on {args.dataset} ({args.split}, "
+        f"{int(report.metrics['num_problems'])} problems), n={args.n}, {mode}, "
+        f"max_new_tokens={args.max_new_tokens}, reward={reward}"
+    )
+    print(report.summary_table())
+    print(f"per-problem results: {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The end-to-end GRPO benchmark (rlkit vs TRL) runs at its tiniest size (no timing assertions).
+
+TRL is a benchmark-only dependency (the ``bench`` extra). It is imported here on
+purpose, without a skip: CI installs it, and a missing TRL must fail this test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_grpo_vs_trl.py"
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("benchmark_e2e_grpo_vs_trl", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """First cell -> the other cells, for every Markdown table row of the framework table."""
+    rows = {}
+    for line in text.splitlines():
+        if line.startswith("| ") and "---" not in line:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tmp_path, capsys):
+    benchmark = load_benchmark()
+    # 2 prompts x 2 completions, <= 3 new tokens, a random 1-layer model: 2 steps, 1 dropped.
+    argv = ["--rounds", "1", "--steps", "2", "--warmup", "1", "--prompts-per-step", "2"]
+    argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
+    model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
+    argv += ["--num-prompts", "4", "--model-dir", model]
+    assert benchmark.main(argv + ["--keep-dir", str(tmp_path / "runs")]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    header = rows["framework"]
+    assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
+    for name in ("rlkit", "TRL", "rlkit / TRL"):
+        values = [float(c.replace(",", "")) for c in rows[name][:4]]
+        assert all(math.isfinite(v) and v > 0 for v in values), (name, rows[name])
+    for name in ("rlkit", "TRL"):
+        steps, tokens_per_step = int(rows[name][4]), float(rows[name][5].replace(",", ""))
+        assert steps == 1  # one round x (2 steps - 1 warm-up step)
+        # 4 completions of 1..3 generated tokens after prompts "a+b=" of 4..6 byte tokens:
+        # between 4 x (4 + 1) = 20 and 4 x (6 + 3) = 36 tokens per step.
+        assert 20 <= tokens_per_step <= 36, (name, tokens_per_step)
