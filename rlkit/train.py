@@ -72,10 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     gin.clear_config()
     parse_config(args.configs, args.gin_param)
+    from rlkit.registry import UnknownNameError
     from rlkit.trainer.config import ExperimentConfig
     from rlkit.trainer.trainer import RLTrainer
-
-    from rlkit.registry import UnknownNameError
 
     try:
         config = ExperimentConfig.from_gin()
