@@ -135,8 +135,6 @@ class AlgorithmConfig:
     """DAPO overlong buffer (0 = off): responses longer than
     ``max_response_length - overlong_buffer_len`` are penalised linearly."""
     overlong_penalty_factor: float = 1.0
-    baseline_rollout: str = "none"
-    """``greedy`` generates one greedy response per prompt for ``reward_baselines`` (ReMax)."""
     critic_warmup: int = 0
     """Steps during which only the critic is updated."""
 
@@ -238,10 +236,6 @@ class ExperimentConfig:
         if a.filter_metric not in ("acc", "score"):
             problems.append(
                 f"AlgorithmConfig.filter_metric must be acc|score, got {a.filter_metric!r}"
-            )
-        if a.baseline_rollout not in ("none", "greedy"):
-            problems.append(
-                f"AlgorithmConfig.baseline_rollout must be none|greedy, got {a.baseline_rollout!r}"
             )
         if o.lr_schedule not in ("constant", "cosine"):
             problems.append(

@@ -17,6 +17,9 @@ from rlkit.rollout.base import RolloutBatch
 from rlkit.trainer.batch import Batch
 
 
+REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts")
+
+
 @dataclass
 class ScoredRollout:
     """A rollout with one reward per row.
@@ -168,7 +171,8 @@ def score_rollout(
     )
     scores = [float(s) for s in result.scores]
     acc = [float(info.get("acc", s > 0)) for s, info in zip(scores, result.infos)]
-    metrics = dict(result.metrics())
+    # Only counters: they add up over processes and generation batches (means would not).
+    metrics = {k: float(v) for k, v in result.metrics().items() if k in REWARD_COUNTERS}
     if a.overlong_buffer_len > 0:
         penalties = [
             rewards.overlong_penalty(
