@@ -16,7 +16,6 @@ import torch
 from rlkit.rollout.base import RolloutBatch
 from rlkit.trainer.batch import Batch
 
-
 REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts")
 
 
