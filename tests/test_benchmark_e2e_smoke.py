@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
@@ -18,6 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_grpo_vs_trl.p
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("benchmark_e2e_grpo_vs_trl", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

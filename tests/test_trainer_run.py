@@ -172,3 +172,27 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
     cfg = small_experiment(tmp_path / "nowhere", tmp_path / "run")
     with pytest.raises(FileNotFoundError, match="not a directory"):
         RLTrainer(cfg).run()
+
+
+def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(demo_model_dir, tmp_path):
+    # One mini-batch per step and one epoch: pi_old is the current policy.
+    def one_step(explicit: bool):
+        cfg = small_experiment(demo_model_dir, tmp_path / f"onpolicy_{explicit}",
+                               optim={"ppo_mini_batch_size": 4},
+                               trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False})
+        trainer = RLTrainer(cfg)
+        trainer.setup()
+        assert trainer.on_policy
+        trainer.on_policy = not explicit
+        metrics = trainer.step()
+        params = {k: v.detach().clone() for k, v in trainer.actor.state_dict().items()}
+        trainer.cleanup()
+        return metrics, params
+
+    fast, fast_params = one_step(explicit=False)
+    slow, slow_params = one_step(explicit=True)
+    assert "timing_s/old_log_prob" not in fast and "timing_s/old_log_prob" in slow
+    for key in ("actor/entropy", "rollout/logprob_abs_diff_mean", "actor/pg_loss"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-5, abs=1e-6), key
+    for k in fast_params:
+        torch.testing.assert_close(fast_params[k], slow_params[k], rtol=1e-5, atol=1e-6)

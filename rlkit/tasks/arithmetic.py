@@ -46,13 +46,15 @@ def arithmetic_dataset(
     Args:
         split: ``train`` or ``val``.
         max_operand: operands are drawn from 0..max_operand.
-        limit: keep a random subset of this many rows (seeded), e.g. a small validation set.
+        limit: keep only the first ``limit`` rows of the seeded shuffle (a random subset).
     """
     from datasets import Dataset
 
     pairs = addition_pairs(split, max_operand=max_operand)
-    if limit is not None and limit < len(pairs):
-        pairs = random.Random(seed).sample(pairs, limit)
+    # A seeded shuffle, so that any prefix (DataConfig.val_limit) is a random subset.
+    random.Random(seed).shuffle(pairs)
+    if limit is not None:
+        pairs = pairs[:limit]
     return Dataset.from_list(
         [
             {

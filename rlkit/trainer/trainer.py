@@ -98,6 +98,7 @@ class RLTrainer:
         self.needs_critic = bool(self.estimator.extra.get("needs_values", False))
         self.needs_baseline = bool(self.estimator.extra.get("needs_reward_baselines", False))
         self.needs_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.use_kl_in_reward
+        self.on_policy = self._exactly_on_policy()
 
         self.actor, self.actor_opt, self.actor_sched, self.ref = self._build_actor()
         self.kernel_choices = kernels.apply_kernels(
@@ -152,6 +153,21 @@ class RLTrainer:
                 f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
                 + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
             )
+
+    def _exactly_on_policy(self) -> bool:
+        """True when the one update of a step sees exactly the policy that generated.
+
+        Then pi_old equals the current policy, so the separate old-log-prob forward is
+        skipped and ``sg(log pi_theta)`` stands in for it (as TRL does), unless something
+        needs old log-probs before the update (KL in the reward, rollout correction).
+        """
+        a, o = self.cfg.algorithm, self.cfg.optim
+        return (
+            o.ppo_epochs == 1
+            and o.ppo_mini_batch_size >= self.cfg.data.train_batch_size
+            and not a.use_kl_in_reward
+            and a.rollout_is_level is None
+        )
 
     def _seed_everything(self, seed: int) -> None:
         random.seed(seed)
@@ -354,11 +370,12 @@ class RLTrainer:
             if batch is None:
                 self.step_count += 1
                 return metrics | timer.metrics(0)
-            with timer("old_log_prob"):
-                batch["old_log_probs"], entropy = self._forward_logprobs(
-                    self.actor, batch, entropy=True
-                )
-            metrics["actor/entropy"] = _masked_mean(entropy, batch["response_mask"])
+            if not self.on_policy:  # else the update's own forward gives them (detached)
+                with timer("old_log_prob"):
+                    batch["old_log_probs"], entropy = self._forward_logprobs(
+                        self.actor, batch, entropy=True
+                    )
+                metrics["actor/entropy"] = _masked_mean(entropy, batch["response_mask"])
             if self.needs_ref:
                 with timer("ref"):
                     batch["ref_log_probs"] = self._reference_logprobs(batch)
@@ -466,10 +483,12 @@ class RLTrainer:
             )
             metrics["train/skipped_step"] = 1.0
             return None, metrics
+        # Pad to the longest response actually generated, not the configured maximum:
+        # every forward and backward then processes fewer positions.
         batch = build_batch(
             rollout.rollout,
             pad_token_id=self.tokenizer.pad_token_id,
-            response_width=self.cfg.rollout.max_response_length,
+            response_width=max(1, max(len(r) for r in rollout.rollout.response_ids)),
         )
         rollout.fill(batch)
         return batch, metrics
@@ -567,8 +586,10 @@ class RLTrainer:
             )
             batch["rollout_is_weights"] = weights
             metrics |= {k: float(v) for k, v in is_metrics.items()}
-        diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * mask
-        metrics["rollout/logprob_diff_max"] = diff.max().item() if mask.any() else 0.0
+        if "old_log_probs" in batch:  # on-policy updates report the mean in the update
+            diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * mask
+            metrics["rollout/logprob_diff_max"] = diff.max().item() if mask.any() else 0.0
+            metrics["rollout/logprob_abs_diff_mean"] = _masked_mean(diff, mask)
         return metrics
 
     # ---------------------------------------------------------------- updates
@@ -653,10 +674,15 @@ class RLTrainer:
         a = self.cfg.algorithm
         mask = micro["response_mask"]
         logp, entropy = self.actor(
-            micro.tensors, micro.prompt_width, self.cfg.rollout.temperature, a.entropy_coeff != 0
+            micro.tensors,
+            micro.prompt_width,
+            self.cfg.rollout.temperature,
+            a.entropy_coeff != 0 or self.on_policy,
         )
+        # Exactly on-policy, the old policy is the current one: pi_old = sg(pi_theta).
+        old_log_probs = logp.detach() if self.on_policy else micro["old_log_probs"]
         pg_loss, pg_metrics = self.policy_loss(
-            micro["old_log_probs"],
+            old_log_probs,
             logp,
             micro["advantages"],
             mask,
@@ -671,6 +697,11 @@ class RLTrainer:
         )
         loss = pg_loss
         parts = {f"actor/{k}": v for k, v in pg_metrics.items()}
+        if self.on_policy:  # metrics the skipped old-log-prob pass would have given
+            tokens = mask.sum().clamp(min=1)
+            parts["actor/entropy"] = (entropy.detach() * mask).sum() / tokens
+            diff = (logp.detach() - micro["rollout_log_probs"]).abs() * mask
+            parts["rollout/logprob_abs_diff_mean"] = diff.sum() / tokens
         if a.entropy_coeff != 0:
             ent = algorithms.aggregate_loss(entropy, mask, a.loss_agg_mode, **norms)
             loss = loss - a.entropy_coeff * ent

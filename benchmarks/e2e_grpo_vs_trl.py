@@ -1,0 +1,356 @@
+"""End-to-end GRPO speed: rlkit's ``RLTrainer`` vs TRL's ``GRPOTrainer`` on one workload.
+
+Usage::
+
+    .venv/bin/python benchmarks/e2e_grpo_vs_trl.py [--rounds 3 --steps 8 --warmup 2]
+        [--prompts-per-step 16 --group-size 8 --max-completion-length 8 --micro-batch-size 32]
+        [--hidden-size 64 --layers 2 --sft-steps 60 --threads 1] [--profile]
+
+Both frameworks run the same GRPO workload (``benchmarks/e2e_workloads.py``): the
+same tiny Qwen2 directory, the same arithmetic prompts, group size, prompts per
+step, completion length, sampling, optimiser and micro-batch size, one optimizer
+step per RL step, no KL term. Each run is a fresh subprocess; the rounds
+alternate the order (rlkit, TRL, then TRL, rlkit, ...) so that drifting machine
+load hits both sides alike. From every run the first ``--warmup`` steps are
+dropped; the rest are pooled per framework into:
+
+- median step s: the median wall time between consecutive step ends;
+- tokens/s: prompt + generated tokens (EOS counted, padding not) over wall time;
+- tokens/CPU-s: the same tokens over the worker's CPU time (less sensitive to
+  other jobs on the machine than wall time);
+- peak RSS MiB: the largest maximum resident set of any of the framework's
+  worker processes (``wait4``).
+
+Prints a Markdown table with both rows and the ratio rlkit / TRL per metric,
+the per-round paired tokens/s ratios, and rlkit's per-phase breakdown
+(``timing_s/*``). ``--profile`` also runs each worker under cProfile (CPU time) and
+prints its top functions (the timings of that run are then perturbed). Target: rlkit at
+least 1.5x TRL's tokens/s on CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# The repository root goes first: run as a script, this folder is sys.path[0], and its
+# estimators.py would shadow the estimators package. This folder (for the helper module
+# beside this file) goes last, for the same reason.
+sys.path.insert(0, str(_HERE.parent))
+if str(_HERE) not in sys.path:
+    sys.path.append(str(_HERE))
+
+from e2e_workloads import FRAMEWORKS, RUNNERS, StepRecord, Workload, build_model  # noqa: E402
+
+LABELS = {"rlkit": "rlkit", "trl": "TRL"}
+TARGET_TOKENS_PER_S_RATIO = 1.5
+
+
+@dataclass
+class Run:
+    """One worker subprocess: its step records and its peak resident set."""
+
+    framework: str
+    round: int
+    records: list[StepRecord]
+    peak_rss_mib: float
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--rounds", type=int, default=3, help="runs per framework, interleaved")
+    p.add_argument("--steps", type=int, default=8, help="RL steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="steps dropped at the start of a run")
+    p.add_argument("--prompts-per-step", type=int, default=16)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-completion-length", type=int, default=8)
+    p.add_argument("--micro-batch-size", type=int, default=32)
+    p.add_argument("--num-prompts", type=int, default=256, help="size of the prompt pool")
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per worker")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hidden-size", type=int, default=64)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument(
+        "--sft-steps",
+        type=int,
+        default=60,
+        help="supervised warm-up steps of the model (0 = random weights)",
+    )
+    p.add_argument(
+        "--model-dir",
+        default=None,
+        help="use this model directory as is (default: build one under runs/benchmarks/)",
+    )
+    p.add_argument("--frameworks", default="rlkit,trl", help="comma-separated subset")
+    p.add_argument("--profile", action="store_true", help="also print each worker's cProfile")
+    p.add_argument("--keep-dir", default=None, help="keep worker outputs and logs here")
+    # Internal: one framework's run inside a fresh process.
+    p.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
+    p.add_argument("--workload", help=argparse.SUPPRESS)
+    p.add_argument("--result", help=argparse.SUPPRESS)
+    p.add_argument("--profile-out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker is None:
+        if args.rounds < 1:
+            p.error("--rounds must be >= 1")
+        if not 0 <= args.warmup < args.steps:
+            p.error(f"--warmup ({args.warmup}) must be >= 0 and < --steps ({args.steps})")
+        unknown = set(args.frameworks.split(",")) - set(FRAMEWORKS)
+        if unknown:
+            p.error(f"--frameworks: unknown {sorted(unknown)}; choose from {list(FRAMEWORKS)}")
+    return args
+
+
+# -------------------------------------------------------------------- worker
+def worker_main(args: argparse.Namespace) -> int:
+    """Run one framework's workload in this process; write its records as JSON."""
+    import torch
+
+    workload = Workload.from_json(Path(args.workload).read_text())
+    torch.set_num_threads(workload.threads)
+    out_dir = Path(args.result).with_suffix(".out")
+    runner = RUNNERS[args.worker]
+    if args.profile_out:
+        import cProfile
+        import time
+
+        # CPU time, not wall time: other jobs on the machine would blur a wall-time profile.
+        profiler = cProfile.Profile(time.process_time)
+        records = profiler.runcall(runner, workload, out_dir)
+        profiler.dump_stats(args.profile_out)
+    else:
+        records = runner(workload, out_dir)
+    if len(records) != workload.steps:
+        raise RuntimeError(
+            f"{args.worker} ran {len(records)} steps, expected {workload.steps}: the step clock "
+            f"missed steps"
+        )
+    Path(args.result).write_text(json.dumps([asdict(r) for r in records]))
+    return 0
+
+
+def run_worker(
+    framework: str, round_index: int, workload: Workload, work_dir: Path, profile: bool
+) -> Run:
+    """Run ``framework`` in a fresh subprocess; return its records and its peak RSS."""
+    tag = f"{framework}_round{round_index}"
+    workload_file, result_file = work_dir / f"{tag}.workload.json", work_dir / f"{tag}.json"
+    log_file = work_dir / f"{tag}.log"
+    workload_file.write_text(workload.to_json())
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        framework,
+        "--workload",
+        str(workload_file),
+        "--result",
+        str(result_file),
+    ]
+    if profile:
+        cmd += ["--profile-out", str(work_dir / f"{tag}.prof")]
+    env = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": str(workload.threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    with log_file.open("w") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=_HERE.parent
+        )
+        # wait4 rather than wait: it returns this child's own resource usage (peak RSS).
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = "\n".join(log_file.read_text().splitlines()[-40:])
+        raise RuntimeError(
+            f"the {LABELS[framework]} worker failed (exit {proc.returncode}); "
+            f"last lines of {log_file}:\n{tail}"
+        )
+    records = [StepRecord(**r) for r in json.loads(result_file.read_text())]
+    return Run(framework, round_index, records, usage.ru_maxrss / 1024)  # ru_maxrss is in KiB
+
+
+# ------------------------------------------------------------------ analysis
+def summarize(runs: list[Run], warmup: int) -> dict[str, float]:
+    """Median step s, tokens/s, tokens/CPU-s, peak RSS MiB over the measured steps of ``runs``."""
+    measured = [r for run in runs for r in run.records[warmup:]]
+    wall = sum(r.wall_s for r in measured)
+    cpu = sum(r.cpu_s for r in measured)
+    tokens = sum(r.tokens for r in measured)
+    return {
+        "median_step_s": statistics.median(r.wall_s for r in measured),
+        "tokens_per_s": tokens / wall if wall > 0 else math.nan,
+        "tokens_per_cpu_s": tokens / cpu if cpu > 0 else math.nan,
+        "peak_rss_mib": max(run.peak_rss_mib for run in runs),
+        "steps": float(len(measured)),
+        "tokens_per_step": tokens / max(len(measured), 1),
+    }
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b > 0 and math.isfinite(a) and math.isfinite(b) else math.nan
+
+
+COLUMNS = (
+    ("median_step_s", "median step s", "{:.3f}"),
+    ("tokens_per_s", "tokens/s", "{:,.0f}"),
+    ("tokens_per_cpu_s", "tokens/CPU-s", "{:,.0f}"),
+    ("peak_rss_mib", "peak RSS MiB", "{:,.0f}"),
+)
+
+
+def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
+    """Both rows and, with both frameworks, the ratio row rlkit / TRL."""
+    lines = [
+        f"GRPO on CPU: {workload.prompts_per_step} prompts x {workload.group_size} completions "
+        f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
+        f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
+        f"{workload.threads}",
+        "",
+        "| framework | " + " | ".join(c[1] for c in COLUMNS) + " | steps | tokens/step |",
+        "|---|" + "---:|" * (len(COLUMNS) + 2),
+    ]
+    for fw, s in summaries.items():
+        cells = [fmt.format(s[key]) for key, _, fmt in COLUMNS]
+        lines.append(
+            f"| {LABELS[fw]} | "
+            + " | ".join(cells)
+            + f" | {s['steps']:.0f} | {s['tokens_per_step']:,.0f} |"
+        )
+    if set(summaries) == set(FRAMEWORKS):
+        a, b = summaries["rlkit"], summaries["trl"]
+        cells = [f"{ratio(a[key], b[key]):.2f}" for key, _, _ in COLUMNS]
+        lines.append("| rlkit / TRL | " + " | ".join(cells) + " | | |")
+    return "\n".join(lines)
+
+
+def paired_ratios(runs: list[Run], warmup: int, key: str) -> list[float]:
+    """rlkit / TRL of metric ``key`` within each round (neighbouring runs share the load)."""
+    out = []
+    for r in sorted({run.round for run in runs}):
+        by_fw = {run.framework: summarize([run], warmup) for run in runs if run.round == r}
+        if set(by_fw) == set(FRAMEWORKS):
+            out.append(ratio(by_fw["rlkit"][key], by_fw["trl"][key]))
+    return out
+
+
+def phase_table(runs: list[Run], warmup: int) -> str:
+    """rlkit's median seconds per phase (its ``timing_s/*``) and share of the median step."""
+    measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
+    if not measured or not measured[0].phases_s:
+        return ""
+    step = statistics.median(r.phases_s.get("step", r.wall_s) for r in measured)
+    lines = ["| rlkit phase | median s | share of step |", "|---|---:|---:|"]
+    for phase in measured[0].phases_s:
+        median = statistics.median(r.phases_s.get(phase, 0.0) for r in measured)
+        lines.append(f"| {phase} | {median:.4f} | {median / step:.0%} |")
+    return "\n".join(lines)
+
+
+def profile_summary(path: Path, top: int = 25) -> str:
+    """The ``top`` functions of a cProfile dump by cumulative time."""
+    import io
+    import pstats
+
+    buffer = io.StringIO()
+    pstats.Stats(str(path), stream=buffer).sort_stats("cumulative").print_stats(top)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------- main
+def prepare_model(args: argparse.Namespace) -> str:
+    if args.model_dir:
+        return args.model_dir
+    name = f"e2e_h{args.hidden_size}_l{args.layers}_sft{args.sft_steps}_s{args.seed}"
+    return build_model(
+        _HERE.parent / "runs" / "benchmarks" / name,
+        hidden_size=args.hidden_size,
+        num_layers=args.layers,
+        sft_steps=args.sft_steps,
+        seed=args.seed,
+    )
+
+
+def run_rounds(args: argparse.Namespace, workload: Workload, work_dir: Path) -> list[Run]:
+    frameworks = [f for f in FRAMEWORKS if f in args.frameworks.split(",")]
+    runs = []
+    for r in range(args.rounds):
+        order = frameworks if r % 2 == 0 else frameworks[::-1]  # ABBA: cancels linear drift
+        for fw in order:
+            print(f"round {r + 1}/{args.rounds}: {LABELS[fw]} ...", file=sys.stderr, flush=True)
+            runs.append(run_worker(fw, r, workload, work_dir, args.profile))
+    return runs
+
+
+def report(args: argparse.Namespace, workload: Workload, runs: list[Run], work_dir: Path) -> None:
+    summaries = {
+        fw: summarize([run for run in runs if run.framework == fw], args.warmup)
+        for fw in FRAMEWORKS
+        if any(run.framework == fw for run in runs)
+    }
+    print(markdown(summaries, workload))
+    for key, label in (("tokens_per_s", "tokens/s"), ("tokens_per_cpu_s", "tokens/CPU-s")):
+        pairs = paired_ratios(runs, args.warmup, key)
+        if pairs:
+            print(
+                f"\nrlkit / TRL {label} per round: "
+                + ", ".join(f"{p:.2f}" for p in pairs)
+                + f" (median {statistics.median(pairs):.2f})"
+            )
+    if len(summaries) == len(FRAMEWORKS):
+        got = ratio(summaries["rlkit"]["tokens_per_s"], summaries["trl"]["tokens_per_s"])
+        verdict = "met" if got >= TARGET_TOKENS_PER_S_RATIO else "NOT met"
+        print(
+            f"\ntarget rlkit >= {TARGET_TOKENS_PER_S_RATIO}x TRL tokens/s: {verdict} ({got:.2f}x)"
+        )
+    phases = phase_table(runs, args.warmup)
+    if phases:
+        print("\n" + phases)
+    if args.profile:
+        for prof in sorted(work_dir.glob("*round0.prof")):
+            print(f"\n### cProfile: {prof.name}\n```\n{profile_summary(prof)}```")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker is not None:
+        return worker_main(args)
+    workload = Workload(
+        model_dir=prepare_model(args),
+        num_prompts=args.num_prompts,
+        prompts_per_step=args.prompts_per_step,
+        group_size=args.group_size,
+        max_completion_length=args.max_completion_length,
+        micro_batch_size=args.micro_batch_size,
+        steps=args.steps,
+        lr=args.lr,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    if args.keep_dir:
+        work_dir = Path(args.keep_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        report(args, workload, run_rounds(args, workload, work_dir), work_dir)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="e2e_grpo_") as tmp:
+        report(args, workload, run_rounds(args, workload, Path(tmp)), Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
