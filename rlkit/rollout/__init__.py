@@ -6,3 +6,4 @@ __all__ = ["PolicyWeights", "RolloutBatch", "RolloutEngine", "SamplingParams"]
 
 # Built-in engines register themselves on import.
 from rlkit.rollout import hf_engine  # noqa: E402,F401
+from rlkit.rollout import sglang  # noqa: E402,F401

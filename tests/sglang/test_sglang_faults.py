@@ -1,0 +1,115 @@
+"""Faults against REAL servers: a server killed mid-rollout, a server that never answers.
+
+No prompt may be lost and none counted twice: the batch must hold exactly n rows
+per prompt, in prompt order, every row from the current policy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+import pytest
+
+from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.rollout.base import SamplingParams
+from rlkit.rollout.sglang.pool import RolloutError
+from tests.sglang.local_policy import LocalPolicyWeights
+from tests.sglang.test_sglang_rollout import max_rollout_diff
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_killing_a_server_mid_rollout_loses_no_prompt(engine, hf_models):
+    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=30))
+    victim = engine.pool.endpoints[1]
+    tree = [victim.server.process.pid] + [
+        c.pid for c in psutil.Process(victim.server.process.pid).children(recursive=True)
+    ]
+    prompts = [[1, 3 + i, 40 + i] for i in range(48)]
+    params = SamplingParams(max_new_tokens=48, temperature=1.0, n=2)
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(batch=engine.generate(prompts, params)))
+    served_before = victim.served
+    worker.start()
+    deadline = time.monotonic() + 60
+    while victim.served < served_before + 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(tree[0], signal.SIGKILL)  # the whole server: HTTP process, scheduler, detokenizer
+    worker.join(timeout=300)
+    batch = result["batch"]
+
+    # 48 prompts x n=2: rows 2i and 2i+1 belong to prompt i, nothing lost or doubled.
+    assert len(batch) == 96
+    assert batch.prompt_index == [i for i in range(48) for _ in range(2)]
+    assert batch.prompt_ids == [p for p in prompts for _ in range(2)]
+    assert batch.metrics["rollout/num_retries"] >= 1  # in-flight requests were re-sent
+    # Every row was sampled by a server holding policy a (version 30).
+    assert max_rollout_diff(batch, hf_models["a"], 1.0) < 1e-4
+    # The killed tree is gone: no orphaned scheduler or detokenizer.
+    time.sleep(1.0)
+    assert not [p for p in tree if alive(p)]
+
+    # The dead server is restarted from the newest snapshot and serves again.
+    engine.pool.wait_restarts(timeout_s=300)
+    assert victim.usable and victim.restarts == 1
+    served = victim.served
+    batch = engine.generate(prompts[:16], SamplingParams(max_new_tokens=8, temperature=0.0))
+    assert victim.served > served
+    assert max_rollout_diff(batch, hf_models["a"], 0.0) < 1e-5
+
+
+def test_an_unhealthy_server_beside_a_good_one_costs_retries_not_prompts(engine):
+    # A socket that accepts connections but never answers: every request to it times out.
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    good = engine.sync_endpoints[0].url
+    attached = ROLLOUT_ENGINES.get("sglang")(
+        urls=[good, f"http://127.0.0.1:{hole.getsockname()[1]}"],
+        num_servers=0,
+        request_timeout_s=5.0,  # the hole costs 5 s per request; the good server answers sooner
+        retry_backoff_s=0.05,
+        max_concurrency=4,
+    )
+    try:
+        prompts = [[1, 5 + i] for i in range(12)]
+        batch = attached.generate(prompts, SamplingParams(max_new_tokens=4, n=2))
+        assert batch.prompt_index == [i for i in range(12) for _ in range(2)]
+        assert batch.metrics["rollout/num_retries"] >= 1
+        assert batch.metrics["rollout/servers_usable"] == 1.0  # the hole was taken out
+    finally:
+        attached.close()
+        hole.close()
+
+
+def test_no_server_left_raises_a_clear_error_after_bounded_retries():
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)
+    attached = ROLLOUT_ENGINES.get("sglang")(
+        urls=[f"http://127.0.0.1:{hole.getsockname()[1]}"],
+        num_servers=0,
+        request_timeout_s=0.5,
+        retry_backoff_s=0.01,
+        max_retries=2,
+    )
+    start = time.monotonic()
+    try:
+        with pytest.raises(RolloutError, match="timed out"):
+            attached.generate([[1, 2, 3]], SamplingParams(max_new_tokens=4))
+    finally:
+        attached.close()
+        hole.close()
+    assert time.monotonic() - start < 30

@@ -1,0 +1,153 @@
+"""Pieces of the SGLang engine that need no server: payloads, buckets, snapshots, stand-ins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.rollout.base import SamplingParams
+from rlkit.rollout.sglang import logprob_check, weight_sync
+from rlkit.rollout.sglang.client import RequestError, parse_samples, sampling_payload
+from rlkit.rollout.sglang.server import ServerConfig, launch_command, server_env
+
+STANDINS = Path(__file__).resolve().parents[2] / "tools" / "sglang_cpu_standins" / "python"
+
+
+def test_sglang_is_registered_as_a_rollout_engine():
+    import rlkit.rollout.sglang  # noqa: F401
+
+    assert "sglang" in ROLLOUT_ENGINES.names()
+
+
+def test_factory_without_servers_names_the_three_ways_to_get_some():
+    import rlkit.rollout.sglang  # noqa: F401
+
+    with pytest.raises(ValueError, match="model_path.*urls.*router_url"):
+        ROLLOUT_ENGINES.get("sglang")()
+
+
+def test_unknown_weight_sync_mode_is_rejected_with_the_choices():
+    import rlkit.rollout.sglang  # noqa: F401
+
+    with pytest.raises(ValueError, match="disk.*tensor.*distributed"):
+        ROLLOUT_ENGINES.get("sglang")(urls=["http://127.0.0.1:1"], weight_sync="nfs")
+
+
+def test_top_p_alone_is_sent_with_top_k_equal_to_the_vocabulary():
+    params = SamplingParams(max_new_tokens=5, temperature=0.7, top_p=0.9, n=2, stop_token_ids=(7,))
+    out = sampling_payload(params, extra_stop_ids=(2,), vocab_size=259)
+    # top_k = vocab keeps every token (same distribution) but lets SGLang return the
+    # renormalised log-probs; EOS (2) and the stop id (7) both end a response.
+    assert out == {
+        "max_new_tokens": 5,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 259,
+        "n": 2,
+        "stop_token_ids": [2, 7],
+    }
+
+
+def test_parse_samples_reads_ids_logprobs_and_finish_reason():
+    response = [
+        {
+            "output_ids": [5, 2],
+            "meta_info": {
+                "output_token_logprobs": [[-0.5, 5, None], [-1.25, 2, None]],
+                "finish_reason": {"type": "stop", "matched": 2},
+                "weight_version": "3",
+            },
+        }
+    ]
+    (sample,) = parse_samples(response, n=1, want_filtered=False)
+    assert (sample.response_ids, sample.log_probs) == ([5, 2], [-0.5, -1.25])
+    assert (sample.finish_reason, sample.weight_version) == ("stop", "3")
+
+
+def test_parse_samples_rejects_a_wrong_sample_count_as_retryable():
+    with pytest.raises(RequestError, match="expected n=2"):
+        parse_samples([{"output_ids": [], "meta_info": {}}], n=2, want_filtered=False)
+
+
+def test_buckets_keep_order_and_respect_the_byte_limit():
+    # float32: 4 bytes per element; sizes 16, 16, 40, 8 bytes with a 32-byte limit.
+    named = [(f"t{i}", torch.zeros(k)) for i, k in enumerate([4, 4, 10, 2])]
+    groups = [[n for n, _ in b] for b in weight_sync.buckets(named, bucket_bytes=32)]
+    # 16+16 = 32 fits; the 40-byte tensor is alone (too big for any bucket); 8 goes next.
+    assert groups == [["t0", "t1"], ["t2"], ["t3"]]
+
+
+def test_serialized_cpu_bucket_round_trips_through_sglang_safe_unpickler():
+    pytest.importorskip("sglang")
+    import base64
+    import io
+
+    from sglang.srt.utils.common import SafeUnpickler
+
+    bucket = [("w", torch.arange(6, dtype=torch.float32).reshape(2, 3))]
+    raw = base64.b64decode(weight_sync.serialize_bucket(bucket))
+    ((name, tensor),) = SafeUnpickler(io.BytesIO(raw)).load()
+    assert name == "w" and torch.equal(tensor, bucket[0][1])
+
+
+def test_snapshots_appear_complete_and_only_the_newest_are_kept(tmp_path):
+    # Published in the order 1, 3, 2: "newest" means most recently published, not the
+    # highest version, so re-publishing an older version never deletes it at once.
+    for version in (1, 3, 2):
+        tmp = weight_sync.new_tmp_dir(tmp_path)
+        (tmp / "model.safetensors").write_text(str(version))
+        final = weight_sync.publish_snapshot(tmp, tmp_path, version, keep=2)
+        assert final == tmp_path / f"policy_v{version:08d}"
+    # keep=2: the last two published (3, then 2) remain, no temporary folder is left behind.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_v00000002", "policy_v00000003"]
+    assert (tmp_path / "policy_v00000002" / "model.safetensors").read_text() == "2"
+
+
+def test_probe_ids_skip_special_tokens_and_stay_in_the_vocabulary():
+    # vocab 259, offset 3: 3 + (7 * i) mod 256 -> 3, 10, 17, 24
+    assert logprob_check.probe_token_ids(259, length=4) == [3, 10, 17, 24]
+    assert max(logprob_check.probe_token_ids(10, length=50)) < 10
+
+
+def test_max_abs_diff_is_inf_for_a_length_mismatch_or_nan():
+    ref = torch.tensor([-1.0, -2.0])
+    assert logprob_check.max_abs_diff([-1.0, -2.5], ref) == 0.5
+    assert logprob_check.max_abs_diff([-1.0], ref) == float("inf")
+    assert logprob_check.max_abs_diff([-1.0, float("nan")], ref) == float("inf")
+
+
+def test_cpu_launch_sets_the_cpu_engine_and_forces_temperature_scaled_logprobs(monkeypatch):
+    monkeypatch.setenv("SGLANG_RETURN_ORIGINAL_LOGPROB", "1")
+    config = ServerConfig(model_path="/m", device="cpu", dtype="float32", max_total_tokens=4096)
+    env = server_env(config)
+    assert env["SGLANG_USE_CPU_ENGINE"] == "1"
+    assert env["SGLANG_RETURN_ORIGINAL_LOGPROB"] == "0"
+    cmd = launch_command(config, port=1234)
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+    assert cmd[cmd.index("--max-total-tokens") + 1] == "4096"
+    assert cmd[cmd.index("--dtype") + 1] == "float32"
+
+
+def test_standin_imports_anything_but_raises_and_marks_the_log_when_called():
+    code = (
+        "import sgl_kernel, torchvision.transforms as T\n"
+        "from sgl_kernel.kvcacheio import transfer_kv_all_layer\n"
+        "print(sgl_kernel.__version__, T.InterpolationMode.BICUBIC)\n"
+        "transfer_kv_all_layer(1)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={"PYTHONPATH": str(STANDINS), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0
+    assert "0.0.0+cpu-standin" in proc.stdout
+    assert "SGLANG-CPU-STANDIN-CALLED: sgl_kernel.kvcacheio.transfer_kv_all_layer" in proc.stderr
+    assert "StandinCalledError" in proc.stderr
