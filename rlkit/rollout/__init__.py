@@ -5,5 +5,7 @@ from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, Sampl
 __all__ = ["PolicyWeights", "RolloutBatch", "RolloutEngine", "SamplingParams"]
 
 # Built-in engines register themselves on import.
-from rlkit.rollout import hf_engine  # noqa: E402,F401
-from rlkit.rollout import sglang  # noqa: E402,F401
+from rlkit.rollout import (
+    hf_engine,  # noqa: E402,F401
+    sglang,  # noqa: E402,F401
+)
