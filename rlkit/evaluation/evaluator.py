@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -127,17 +127,12 @@ def evaluate(
         ValueError: an empty dataset, ``n``/``temperature`` that do not fit
             (:func:`check_sampling`), ``batch_size`` or ``max_new_tokens`` < 1,
             a k outside ``1..n``, or an engine that returned the wrong number of rows.
+        UnknownNameError: ``reward`` names no registered reward (raised before
+            anything is generated; the message lists the known rewards).
     """
-    check_sampling(n, temperature)
-    if batch_size < 1 or max_new_tokens < 1:
-        raise ValueError(
-            f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}"
-        )
     rows = list(dataset)
-    if not rows:
-        raise ValueError("the dataset has no problems to evaluate")
-    if ks is not None and any(not 1 <= k <= n for k in ks):
-        raise ValueError(f"every k of pass@k must be within 1..n={n}, got {list(ks)}")
+    _check_arguments(rows, reward, n=n, temperature=temperature, batch_size=batch_size,
+                     max_new_tokens=max_new_tokens, ks=ks)  # fmt: skip
     if seed is not None:
         torch.manual_seed(seed)
     params = SamplingParams(
@@ -166,18 +161,39 @@ def evaluate(
     problems = [r for r in results if r is not None]
     metrics = _metrics(problems, n, ks, counters, time.perf_counter() - started)
     settings = {
-        "n": n,
-        "temperature": temperature,
-        "top_p": top_p,
-        "top_k": top_k,
-        "max_new_tokens": max_new_tokens,
+        **asdict(params),
         "batch_size": batch_size,
         "use_chat_template": use_chat_template,
-        "seed": seed,
         "reward": reward if isinstance(reward, str) else getattr(reward, "__name__", repr(reward)),
         "reward_options": dict(reward_options or {}),
     }
     return EvalReport(problems, metrics, settings)
+
+
+def _check_arguments(
+    rows: list[Any],
+    reward: str | Callable[..., Any],
+    *,
+    n: int,
+    temperature: float,
+    batch_size: int,
+    max_new_tokens: int,
+    ks: Sequence[int] | None,
+) -> None:
+    """Everything that can be wrong before any generation starts (see :func:`evaluate`)."""
+    from rlkit.registry import REWARDS
+
+    check_sampling(n, temperature)
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(
+            f"batch_size and max_new_tokens must be >= 1, got {batch_size} and {max_new_tokens}"
+        )
+    if not rows:
+        raise ValueError("the dataset has no problems to evaluate")
+    if ks is not None and any(not 1 <= k <= n for k in ks):
+        raise ValueError(f"every k of pass@k must be within 1..n={n}, got {list(ks)}")
+    if isinstance(reward, str):
+        REWARDS.entry(reward)  # an unknown name fails now, not after the first batch
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -97,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype", default="auto", help="float32 | bfloat16 | float16 | auto (hf engine)"
     )
     parser.add_argument("--device", default=None, help="hf engine device (default: detected)")
+    parser.add_argument(
+        "--num-threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's); 1 is fastest on an oversubscribed CPU",
+    )
     parser.add_argument(
         "--output",
         default=None,
@@ -204,9 +211,8 @@ def _progress_printer(quiet: bool, started: float):
     return show
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from rlkit.evaluation.evaluator import check_sampling, evaluate
+def _checked_temperature(args: argparse.Namespace) -> float:
+    from rlkit.evaluation.evaluator import check_sampling
 
     temperature = args.temperature if args.temperature is not None else 0.0
     try:
@@ -215,6 +221,32 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"rlkit eval: {exc}") from None
     if not Path(args.model).is_dir():
         raise SystemExit(f"rlkit eval: model directory {args.model!r} does not exist")
+    return temperature
+
+
+def _print_report(args: argparse.Namespace, report: Any, reward: str, output: Path) -> None:
+    temperature = report.settings["temperature"]
+    mode = "greedy" if temperature == 0 else f"temperature {temperature}"
+    print(
+        f"rlkit eval: {args.model} on {args.dataset} ({args.split}, "
+        f"{int(report.metrics['num_problems'])} problems), n={args.n}, {mode}, "
+        f"max_new_tokens={args.max_new_tokens}, reward={reward}"
+    )
+    print(report.summary_table())
+    print(f"per-problem results: {output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    from rlkit.evaluation.evaluator import evaluate
+
+    temperature = _checked_temperature(args)
+    reward_options = parse_options(args.reward_option, "--reward-option")
+    if args.num_threads is not None:
+        import torch
+
+        torch.set_num_threads(max(1, args.num_threads))
     started = time.perf_counter()
     dataset, reward = load_dataset_for_eval(args)
     tokenizer = load_tokenizer(args.model)
@@ -232,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             use_chat_template=not args.no_chat_template,
             seed=args.seed,
-            reward_options=parse_options(args.reward_option, "--reward-option"),
+            reward_options=reward_options,
             reward_timeout_s=args.reward_timeout,
             reward_workers=args.reward_workers,
             progress=_progress_printer(args.quiet, started),
@@ -243,18 +275,11 @@ def main(argv: list[str] | None = None) -> int:
         "split": args.split,
         "limit": args.limit,
         "engine": args.engine,
-        "command": "rlkit eval " + " ".join(sys.argv[2:] if argv is None else argv),
+        "command": shlex.join(["rlkit", "eval", *argv]),
     }
     output = Path(args.output) if args.output else _default_output(args)
     report.write_jsonl(output)
-    mode = "greedy" if temperature == 0 else f"temperature {temperature}"
-    print(
-        f"rlkit eval: {args.model} on {args.dataset} ({args.split}, "
-        f"{int(report.metrics['num_problems'])} problems), n={args.n}, {mode}, "
-        f"max_new_tokens={args.max_new_tokens}, reward={reward}"
-    )
-    print(report.summary_table())
-    print(f"per-problem results: {output}")
+    _print_report(args, report, reward, output)
     return 0
 
 

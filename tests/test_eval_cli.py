@@ -1,0 +1,95 @@
+"""``rlkit eval``: the command line around evaluate(), on a tiny local model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlkit.cli import main as rlkit_main
+from rlkit.evaluation.eval_report import read_jsonl, summary_path
+from rlkit.evaluation.harness import main, parse_options
+
+
+def _write_problems(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def toy_jsonl(tmp_path):
+    rows = [{"id": f"q{i}", "question": f"{i}+{i}=", "answer": str(2 * i)} for i in range(3)]
+    return _write_problems(tmp_path / "toy.jsonl", rows)
+
+
+def test_eval_on_a_file_writes_one_record_per_problem(tiny_model_dir, toy_jsonl, tmp_path, capsys):
+    out = tmp_path / "res" / "toy.jsonl"
+    code = main(
+        [str(tiny_model_dir), "--dataset", str(toy_jsonl), "--reward", "exact_match",
+         "--max-new-tokens", "3", "--output", str(out), "--quiet", "--no-chat-template"]
+    )  # fmt: skip
+    assert code == 0
+    records = read_jsonl(out)
+    assert [r["id"] for r in records] == ["q0", "q1", "q2"]
+    assert [r["ground_truth"] for r in records] == ["0", "2", "4"]
+    # --no-chat-template renders "role: content" lines ending with "assistant:".
+    assert records[1]["prompt"] == "user: 1+1=\nassistant:"
+    summary = json.loads(summary_path(out).read_text())
+    assert summary["settings"]["reward"] == "exact_match"
+    assert summary["settings"]["command"].startswith("rlkit eval ")
+    assert summary["settings"]["max_new_tokens"] == 3 and summary["settings"]["n"] == 1
+    assert summary["metrics"]["num_problems"] == 3
+    printed = capsys.readouterr().out
+    assert "accuracy (mean@1)" in printed and "pass@1" in printed and str(out) in printed
+
+
+def test_rlkit_eval_dispatches_and_limits_a_shared_set(tiny_model_dir, tmp_path):
+    out = tmp_path / "gsm8k.jsonl"
+    code = rlkit_main(
+        ["eval", str(tiny_model_dir), "--dataset", "gsm8k", "--limit", "2", "--n", "2",
+         "--temperature", "1.0", "--max-new-tokens", "2", "--output", str(out), "--quiet"]
+    )  # fmt: skip
+    assert code == 0
+    records = read_jsonl(out)
+    assert len(records) == 2
+    assert records[0]["id"] == "gsm8k-test-00000" and records[0]["data_source"] == "gsm8k"
+    assert all(len(r["responses"]) == 2 for r in records)
+    # The preset's GSM8K instruction is appended to the question.
+    assert records[0]["question"].endswith('output the final answer after "####".')
+    summary = json.loads(summary_path(out).read_text())
+    assert summary["settings"]["reward"] == "gsm8k"
+    assert set(summary["metrics"]) >= {"accuracy", "mean@2", "pass@1", "pass@2"}
+
+
+def test_several_samples_without_a_temperature_are_refused(tiny_model_dir, toy_jsonl):
+    with pytest.raises(SystemExit, match="temperature > 0"):
+        main([str(tiny_model_dir), "--dataset", str(toy_jsonl), "--reward", "exact_match",
+              "--n", "4"])  # fmt: skip
+
+
+def test_a_dataset_file_needs_a_reward(tiny_model_dir, toy_jsonl):
+    with pytest.raises(SystemExit, match="name its reward with --reward"):
+        main([str(tiny_model_dir), "--dataset", str(toy_jsonl)])
+
+
+def test_an_unknown_dataset_names_the_choices(tiny_model_dir):
+    with pytest.raises(SystemExit, match="neither a shared set .*gsm8k"):
+        main([str(tiny_model_dir), "--dataset", "gsm9k"])
+
+
+def test_a_missing_model_directory_is_reported(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(tmp_path / "nope"), "--dataset", "gsm8k"])
+
+
+def test_engine_options_parse_as_literals_or_strings():
+    parsed = parse_options(["num_servers=2", "device=cpu", "urls=['http://a:1']"], "--x")
+    assert parsed == {"num_servers": 2, "device": "cpu", "urls": ["http://a:1"]}
+    with pytest.raises(SystemExit, match="key=value"):
+        parse_options(["oops"], "--engine-option")
+
+
+def test_an_unknown_engine_option_is_rejected_by_the_engine(tiny_model_dir, toy_jsonl, tmp_path):
+    with pytest.raises(TypeError, match="unknown option"):
+        main([str(tiny_model_dir), "--dataset", str(toy_jsonl), "--reward", "exact_match",
+              "--engine-option", "bogus=1", "--output", str(tmp_path / "x.jsonl")])  # fmt: skip
