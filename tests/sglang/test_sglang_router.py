@@ -6,6 +6,7 @@ weights to each worker directly; afterwards the router's answers follow the new 
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import time
@@ -23,7 +24,8 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def router_url(engine, tmp_path_factory):
-    pytest.importorskip("sglang_router", reason="scripts/install_sglang.sh installs it")
+    if importlib.util.find_spec("sglang_router") is None:
+        pytest.fail("sglang-router is missing: scripts/install_sglang.sh installs it")
     port = find_free_port()
     workers = [e.url for e in engine.sync_endpoints]
     log = open(tmp_path_factory.mktemp("router") / "router.log", "wb")  # noqa: SIM115

@@ -14,6 +14,7 @@ from rlkit.rollout.base import SamplingParams
 from rlkit.rollout.sglang import logprob_check, weight_sync
 from rlkit.rollout.sglang.client import RequestError, parse_samples, sampling_payload
 from rlkit.rollout.sglang.server import ServerConfig, launch_command, server_env
+from tests.sglang.conftest import require_sglang
 
 STANDINS = Path(__file__).resolve().parents[2] / "tools" / "sglang_cpu_standins" / "python"
 
@@ -83,7 +84,7 @@ def test_buckets_keep_order_and_respect_the_byte_limit():
 
 
 def test_serialized_cpu_bucket_round_trips_through_sglang_safe_unpickler():
-    pytest.importorskip("sglang")
+    require_sglang()
     import base64
     import io
 
