@@ -626,51 +626,68 @@ class RLTrainer:
         optimizer.zero_grad(set_to_none=True)
         return grad_norm, ok
 
-    def _update_actor(self, batch: Batch) -> dict[str, float]:
-        a = self.cfg.algorithm
+    def _optimize(self, prefix: str, module, optimizer, scheduler, batch: Batch, loss_fn):
+        """Mini-batch / micro-batch loop shared by the actor and the critic updates.
+
+        ``loss_fn(micro, norms) -> (loss, additive, parts)``: ``loss`` is normalised by the
+        global mini-batch (so micro-batch terms of all ranks add up to the mini-batch loss),
+        ``additive`` holds such summable values (reported as their mini-batch total,
+        averaged over mini-batches), ``parts`` token-mean metrics of the micro-batch.
+
+        Returns:
+            (metrics, number of optimizer steps applied).
+        """
         means, skipped, totals = WeightedMeans(), 0, []
-        for mini in self._minibatches(batch):
+        minibatches = self._minibatches(batch)
+        for mini in minibatches:
             norms = self._global_norms(mini)
             local = self._local_share(mini).to(self.backend.device)
-            finite, sums = (
-                True,
-                torch.zeros(2, dtype=torch.float64),
-            )  # (pg_loss, loss) of the mini-batch
+            finite, sums = True, {}
             for rows in self._micro_batches(local):
                 micro = local.select(rows if len(rows) else [0])
-                if not len(rows):
+                if not len(rows):  # a dummy pass keeps ranks in step and adds nothing
                     micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
-                loss, pg_loss, parts = self._actor_loss(micro, norms)
+                loss, additive, parts = loss_fn(micro, norms)
                 finite &= bool(torch.isfinite(loss))
                 if finite:
                     self.backend.backward(loss * self.world)  # ranks' grads are averaged
-                # Globally normalised: the micro-batch terms of all ranks add up to the mini-batch loss.
-                sums += torch.tensor([pg_loss.item(), loss.item()], dtype=torch.float64)
+                for key, value in additive.items():
+                    sums[key] = sums.get(key, 0.0) + float(value)
                 means.add(parts, weight=float(micro["response_mask"].sum()))
-            grad_norm, ok = self._optimizer_step(self.actor, self.actor_opt, finite)
+            grad_norm, ok = self._optimizer_step(module, optimizer, finite)
             skipped += int(not ok)
-            if ok:
-                self.weights.bump()
-            totals.append(comm.all_reduce(sums).tolist())
-            means.add({"actor/grad_norm": grad_norm}, weight=1.0 / self.world)
-        self.actor_sched.step()
+            keys = sorted(sums)
+            packed = comm.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
+            totals.append(dict(zip(keys, packed.tolist())))
+            means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.world)
+        scheduler.step()
         out = means.reduced(comm.all_reduce)
-        out["actor/pg_loss"] = float(np.mean([t[0] for t in totals]))
-        out["actor/loss"] = float(np.mean([t[1] for t in totals]))
-        out["actor/lr"] = self.actor_sched.get_last_lr()[0]
-        out["actor/nan_skipped_updates"] = float(skipped)
+        for key in totals[0] if totals else ():
+            out[key] = float(np.mean([t[key] for t in totals]))
+        out[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+        out[f"{prefix}/nan_skipped_updates"] = float(skipped)
         if skipped:
             self._print(
-                f"step {self.step_count}: {skipped} actor update(s) skipped (non-finite loss or grad)"
+                f"step {self.step_count}: {skipped} {prefix} update(s) skipped "
+                f"(non-finite loss or gradient)"
             )
+        return out, len(minibatches) - skipped
+
+    def _update_actor(self, batch: Batch) -> dict[str, float]:
+        a = self.cfg.algorithm
+        out, applied = self._optimize(
+            "actor", self.actor, self.actor_opt, self.actor_sched, batch, self._actor_loss
+        )
+        for _ in range(applied):
+            self.weights.bump()
         if a.use_kl_in_reward or a.use_kl_loss:
             out["actor/kl_coef"] = self.kl_ctrl.value if a.use_kl_in_reward else a.kl_loss_coef
         return out
 
     def _actor_loss(
         self, micro: Batch, norms: dict[str, Any]
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-        """(total loss, policy-gradient loss, token-mean metrics) of one micro-batch."""
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]:
+        """(loss, additive pg/total loss, token-mean metrics) of one micro-batch."""
         a = self.cfg.algorithm
         mask = micro["response_mask"]
         logp, entropy = self.actor(
@@ -710,45 +727,28 @@ class RLTrainer:
             kl_loss = algorithms.aggregate_loss(kl, mask, a.loss_agg_mode, **norms)
             loss = loss + a.kl_loss_coef * kl_loss
             parts["actor/kl_loss"] = (kl * mask).sum() / mask.sum().clamp(min=1)
-        return loss, pg_loss.detach(), parts
+        return loss, {"actor/pg_loss": pg_loss.detach(), "actor/loss": loss.detach()}, parts
 
     def _update_critic(self, batch: Batch) -> dict[str, float]:
-        o = self.cfg.optim
-        means, skipped = WeightedMeans(), 0
-        for mini in self._minibatches(batch):
-            norms = self._global_norms(mini)
-            local = self._local_share(mini).to(self.backend.device)
-            finite = True
-            for rows in self._micro_batches(local):
-                micro = local.select(rows if len(rows) else [0])
-                if not len(rows):
-                    micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
-                vpreds = self.critic(micro.tensors, micro.prompt_width)
-                loss, vf_metrics = algorithms.value_loss(
-                    vpreds,
-                    micro["returns"],
-                    micro["values"],
-                    micro["response_mask"],
-                    cliprange_value=o.cliprange_value,
-                    loss_agg_mode=self.cfg.algorithm.loss_agg_mode,
-                    **norms,
-                )
-                finite &= bool(torch.isfinite(loss))
-                if finite:
-                    self.backend.backward(loss * self.world)
-                means.add(
-                    {f"critic/{k}": v for k, v in vf_metrics.items()}
-                    | {"critic/vf_loss": loss.detach()},
-                    weight=float(micro["response_mask"].sum()),
-                )
-            grad_norm, ok = self._optimizer_step(self.critic, self.critic_opt, finite)
-            skipped += int(not ok)
-            means.add({"critic/grad_norm": grad_norm}, weight=1.0 / self.world)
-        self.critic_sched.step()
-        out = means.reduced(comm.all_reduce)
-        out["critic/lr"] = self.critic_sched.get_last_lr()[0]
-        out["critic/nan_skipped_updates"] = float(skipped)
+        out, _ = self._optimize(
+            "critic", self.critic, self.critic_opt, self.critic_sched, batch, self._critic_loss
+        )
         return out
+
+    def _critic_loss(self, micro: Batch, norms: dict[str, Any]):
+        """(clipped value loss, additive vf_loss, token-mean metrics) of one micro-batch."""
+        vpreds = self.critic(micro.tensors, micro.prompt_width)
+        loss, vf_metrics = algorithms.value_loss(
+            vpreds,
+            micro["returns"],
+            micro["values"],
+            micro["response_mask"],
+            cliprange_value=self.cfg.optim.cliprange_value,
+            loss_agg_mode=self.cfg.algorithm.loss_agg_mode,
+            **norms,
+        )
+        parts = {f"critic/{k}": v for k, v in vf_metrics.items()}
+        return loss, {"critic/vf_loss": loss.detach()}, parts
 
     # ------------------------------------------------------------ validation
     @torch.no_grad()
