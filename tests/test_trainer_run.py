@@ -174,12 +174,17 @@ def test_missing_model_path_is_a_clear_error(tmp_path):
         RLTrainer(cfg).run()
 
 
-def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(demo_model_dir, tmp_path):
+def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(
+    demo_model_dir, tmp_path
+):
     # One mini-batch per step and one epoch: pi_old is the current policy.
     def one_step(explicit: bool):
-        cfg = small_experiment(demo_model_dir, tmp_path / f"onpolicy_{explicit}",
-                               optim={"ppo_mini_batch_size": 4},
-                               trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False})
+        cfg = small_experiment(
+            demo_model_dir,
+            tmp_path / f"onpolicy_{explicit}",
+            optim={"ppo_mini_batch_size": 4},
+            trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False},
+        )
         trainer = RLTrainer(cfg)
         trainer.setup()
         assert trainer.on_policy
@@ -196,3 +201,33 @@ def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(de
         assert fast[key] == pytest.approx(slow[key], rel=1e-5, abs=1e-6), key
     for k in fast_params:
         torch.testing.assert_close(fast_params[k], slow_params[k], rtol=1e-5, atol=1e-6)
+
+
+def test_lora_trains_only_adapters_and_uses_the_adapter_free_model_as_reference(
+    demo_model_dir, tmp_path
+):
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "lora",
+        model={"path": str(demo_model_dir), "lora_rank": 4},
+        data={"train_batch_size": 8},
+        rollout={"n": 8, "max_response_length": 6},
+        algorithm={"use_kl_loss": True, "kl_loss_type": "low_var_kl"},
+        trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False},
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    assert trainer.ref is None  # no second model: adapters off = reference
+    state = trainer.actor.state_dict()
+    base = {k: v.clone() for k, v in state.items() if "lora_" not in k}
+    lora = {k: v.clone() for k, v in state.items() if "lora_B" in k}
+    assert lora and all(float(v.abs().sum()) == 0 for v in lora.values())  # peft starts B at 0
+    metrics = trainer.step()
+    after = trainer.actor.state_dict()
+    trainer.cleanup()
+    trainable = {n for n, p in trainer.actor.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    assert math.isfinite(metrics["actor/kl_loss"]) and metrics["actor/nan_skipped_updates"] == 0
+    assert all(torch.equal(after[k], v) for k, v in base.items())  # base weights frozen
+    if metrics["critic/advantages/max"] != 0:  # a learning signal: the adapters must move
+        assert any(float(after[k].abs().sum()) > 0 for k in lora)
