@@ -192,3 +192,20 @@ def test_a_failing_reward_scores_zero_and_is_counted(engine_and_tokenizer):
     assert report.metrics["reward/num_errors"] == 2
     assert report.metrics["accuracy"] == 0.0
     assert "bug in the reward" in report.problems[0].reward_infos[0]["error"]
+
+
+def test_saved_responses_can_be_rescored_with_other_reward_options():
+    from rlkit.evaluation.rescoring import rescore_records
+
+    records = [
+        {"responses": ["so 18", "#### 18"], "ground_truth": "18", "data_source": "gsm8k"},
+        {"responses": ["it is 3", "#### 4"], "ground_truth": "3", "data_source": "gsm8k"},
+    ]
+    # strict reads only "#### N": problem 1 has 1 of 2 right, problem 2 has 0 of 2.
+    strict = rescore_records(records, "gsm8k")
+    assert strict["mean@2"] == pytest.approx((1 / 2 + 0) / 2)
+    assert strict["pass@2"] == pytest.approx((1 + 0) / 2)
+    # flexible reads the last number: 2 of 2 right, then 1 of 2 ("3" right, "4" wrong).
+    flexible = rescore_records(records, "gsm8k", reward_options={"method": "flexible"})
+    assert flexible["accuracy"] == pytest.approx((1 + 1 / 2) / 2)
+    assert flexible["pass@2"] == 1.0

@@ -1,5 +1,19 @@
-"""Evaluation: accuracy, mean@k and the unbiased pass@k estimator."""
+"""Evaluation: accuracy, mean@k, the unbiased pass@k estimator and the eval harness."""
 
+from rlkit.evaluation.eval_report import EvalReport, ProblemResult, read_jsonl
+from rlkit.evaluation.evaluator import check_sampling, evaluate
+from rlkit.evaluation.loaded_weights import LoadedModelWeights
 from rlkit.evaluation.pass_at_k import mean_and_pass_at_k, pass_at_k
+from rlkit.evaluation.rescoring import rescore_records
 
-__all__ = ["mean_and_pass_at_k", "pass_at_k"]
+__all__ = [
+    "EvalReport",
+    "LoadedModelWeights",
+    "ProblemResult",
+    "check_sampling",
+    "evaluate",
+    "mean_and_pass_at_k",
+    "pass_at_k",
+    "read_jsonl",
+    "rescore_records",
+]
