@@ -62,7 +62,9 @@ def hf_models(model_dirs) -> dict[str, torch.nn.Module]:
     }
 
 
-@pytest.fixture(scope="session")
+# Package scope: the servers stop when tests/sglang ends, not at the end of the whole
+# session, so they never share the CPU with later tests.
+@pytest.fixture(scope="package")
 def engine(model_dirs, tokenizer, tmp_path_factory):
     """Two real CPU SGLang servers serving model ``a``, disk weight sync."""
     require_sglang()

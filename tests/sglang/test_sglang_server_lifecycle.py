@@ -36,6 +36,7 @@ time.sleep(0.5)  # let the tree's child start
 tree = [server.process.pid] + [c.pid for c in psutil.Process(server.process.pid).children(recursive=True)]
 print(json.dumps(tree), flush=True)
 if sys.argv[3] == "exit":
+    sys.stdin.readline()  # the test checks the tree is up before the trainer leaves
     sys.exit(0)  # no stop(): atexit must do it
 time.sleep(3600)
 """
@@ -52,6 +53,7 @@ def alive(pid: int) -> bool:
 def test_server_tree_dies_with_its_trainer(tmp_path, ending):
     trainer = subprocess.Popen(
         [sys.executable, "-c", TRAINER, str(tmp_path / "server.log"), str(FAKE), ending],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
@@ -63,6 +65,9 @@ def test_server_tree_dies_with_its_trainer(tmp_path, ending):
         signals = {"sigterm": signal.SIGTERM, "sigint": signal.SIGINT, "sigkill": signal.SIGKILL}
         if ending in signals:
             trainer.send_signal(signals[ending])
+        else:
+            trainer.stdin.write("exit now\n")
+            trainer.stdin.flush()
         trainer.wait(timeout=30)
         deadline = time.monotonic() + 15
         while any(alive(p) for p in tree) and time.monotonic() < deadline:

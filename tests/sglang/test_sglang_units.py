@@ -134,6 +134,12 @@ def test_cpu_launch_sets_the_cpu_engine_and_forces_temperature_scaled_logprobs(m
     assert cmd[cmd.index("--dtype") + 1] == "float32"
 
 
+def test_sleep_on_idle_flag_is_sent_only_when_asked():
+    asleep = ServerConfig(model_path="/m", device="cpu", sleep_on_idle=True)
+    assert "--sleep-on-idle" in launch_command(asleep, port=1234)
+    assert "--sleep-on-idle" not in launch_command(ServerConfig(model_path="/m"), port=1234)
+
+
 def test_standin_imports_anything_but_raises_and_marks_the_log_when_called():
     code = (
         "import sgl_kernel, torchvision.transforms as T\n"

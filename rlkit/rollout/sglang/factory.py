@@ -36,6 +36,7 @@ def make_sglang_engine(
     mem_fraction_static: float | None = None,
     max_total_tokens: int | None = None,
     attention_backend: str | None = None,
+    sleep_on_idle: bool | None = None,
     server_args: Sequence[str] = (),
     server_env: dict[str, str] | None = None,
     startup_timeout_s: float = 600.0,
@@ -63,6 +64,9 @@ def make_sglang_engine(
             ``dtype="auto"`` becomes ``float32`` (SGLang would serve a float32 checkpoint in
             float16), and unset ``attention_backend`` / ``max_total_tokens`` become
             ``torch_native`` / ``CPU_MAX_TOTAL_TOKENS``.
+        sleep_on_idle: ``--sleep-on-idle`` (idle schedulers stop busy-polling a core);
+            ``None`` means on for ``device="cpu"``, where servers share cores with the
+            trainer, and off elsewhere (SGLang's default, lowest first-token latency).
         server_args: further ``launch_server`` flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
@@ -81,6 +85,8 @@ def make_sglang_engine(
         dtype = "float32" if dtype == "auto" else dtype
         attention_backend = attention_backend or "torch_native"
         max_total_tokens = max_total_tokens or CPU_MAX_TOTAL_TOKENS
+    if sleep_on_idle is None:
+        sleep_on_idle = device == "cpu"
     server = None
     if model_path and num_servers > 0:
         server = ServerConfig(
@@ -94,6 +100,7 @@ def make_sglang_engine(
             max_total_tokens=max_total_tokens,
             attention_backend=attention_backend,
             random_seed=seed,
+            sleep_on_idle=sleep_on_idle,
             extra_args=tuple(str(a) for a in server_args),
             env=dict(server_env or {}),
             startup_timeout_s=startup_timeout_s,

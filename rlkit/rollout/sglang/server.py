@@ -60,6 +60,10 @@ class ServerConfig:
         host: interface to listen on.
         weight_version: label the server reports in ``meta_info.weight_version``.
         random_seed: ``--random-seed``.
+        sleep_on_idle: ``--sleep-on-idle``: an idle scheduler waits on its sockets
+            instead of busy-polling a CPU core. Needed wherever the server shares CPU
+            cores with the trainer (on a 2-core machine two idle servers otherwise
+            take both cores from the trainer's forward and backward passes).
         extra_args: further command-line flags, passed as is.
         env: extra environment variables for the server process.
         startup_timeout_s: seconds to wait for ``/health``.
@@ -77,6 +81,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     weight_version: str = "init"
     random_seed: int | None = None
+    sleep_on_idle: bool = False
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 600.0
@@ -106,6 +111,8 @@ def launch_command(config: ServerConfig, port: int) -> list[str]:
     for flag, value in optional.items():
         if value is not None:
             cmd += [flag, str(value)]
+    if config.sleep_on_idle:
+        cmd.append("--sleep-on-idle")
     return cmd + list(config.extra_args)
 
 
