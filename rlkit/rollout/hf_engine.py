@@ -1,9 +1,11 @@
 """The embedded rollout engine: batched Hugging Face ``generate`` on the trainer's model.
 
 It generates with the trainer's live module (no weight copy, so ``sync_weights``
-costs nothing) and recovers each sampled token's log-prob under the sampling
-distribution from ``generate``'s processed scores (temperature, top-k and top-p
-already applied), which is what the rollout importance-sampling correction needs.
+costs nothing) and records each sampled token's log-prob under the sampling
+distribution (temperature, top-k and top-p applied), which is what the rollout
+importance-sampling correction needs. The log-probs are gathered step by step, so
+memory holds one step's (rows x vocabulary) scores, not ``output_scores``'
+(rows x steps x vocabulary) stack.
 """
 
 from __future__ import annotations
@@ -12,10 +14,69 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import GenerationConfig
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+
+
+class SampledTokenLogProbs(LogitsProcessor):
+    """The last logits processor: records log p(sampled token) under the final scores.
+
+    ``generate`` calls it once per step with the step's processed scores, before
+    sampling; the token sampled from them only appears in ``input_ids`` at the next
+    call. So each call gathers the previous step's log-prob and keeps just this
+    step's log-softmax: one (rows, vocabulary) tensor at a time.
+    """
+
+    def __init__(self) -> None:
+        self.steps: list[torch.Tensor] = []
+        self._pending: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._gather_pending(input_ids[:, -1])
+        self._pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _gather_pending(self, tokens: torch.Tensor) -> None:
+        if self._pending is not None:
+            self.steps.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1).cpu())
+            self._pending = None
+
+    def log_probs(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """(rows, steps) log-probs of ``new_tokens``, the sequences' generated part."""
+        if new_tokens.shape[1] == 0:
+            return torch.zeros(new_tokens.shape)
+        if len(self.steps) < new_tokens.shape[1]:  # the last step's token is only here
+            self._gather_pending(new_tokens[:, len(self.steps)].to(self._pending.device))
+        # generate may have run (and then undone) a step past the end: drop it.
+        return torch.stack(self.steps[: new_tokens.shape[1]], dim=1)
+
+
+def sampling_processors(params: SamplingParams) -> LogitsProcessorList:
+    """Temperature, top-k, top-p (in ``generate``'s order), then the log-prob recorder.
+
+    Passed as ``logits_processor`` with the matching ``GenerationConfig`` fields
+    neutral: ``generate`` merges a caller's processors before its own warpers, so
+    leaving the warpers to it would record log-probs before temperature and top-k/p.
+    """
+    processors = LogitsProcessorList()
+    if params.temperature > 0:
+        if params.temperature != 1.0:
+            processors.append(TemperatureLogitsWarper(params.temperature))
+        if params.top_k > 0:
+            processors.append(TopKLogitsWarper(top_k=params.top_k))
+        if params.top_p < 1.0:
+            processors.append(TopPLogitsWarper(top_p=params.top_p))
+    processors.append(SampledTokenLogProbs())
+    return processors
 
 
 class HFEngine(RolloutEngine):
@@ -83,34 +144,44 @@ class HFEngine(RolloutEngine):
         for i, r in enumerate(chunk):  # left padding, as decoder-only generation needs
             input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             attention_mask[i, width - len(r) :] = 1
-        # A complete GenerationConfig, so nothing is inherited from the model's own
-        # defaults (e.g. top_k=50), which would change the sampling distribution.
-        greedy = params.temperature <= 0
+        # Every field that shapes the distribution is explicit and neutral, so nothing
+        # is inherited from the checkpoint's generation_config.json (e.g. Qwen2.5's
+        # repetition_penalty 1.05, top_k 20): the sampling distribution is exactly
+        # softmax(logits / T) restricted by top-k/top-p, as the trainer assumes.
+        sampling = params.temperature > 0
+        # Greedy: no warper runs; None keeps transformers from warning about them.
+        neutral = 1.0 if sampling else None
         config = GenerationConfig(
             max_new_tokens=params.max_new_tokens,
-            do_sample=not greedy,
-            temperature=None if greedy else params.temperature,
-            top_p=None if greedy else params.top_p,
-            top_k=None if greedy else max(params.top_k, 0),  # 0 disables top-k
+            do_sample=sampling,
+            temperature=neutral,
+            top_k=0 if sampling else None,
+            top_p=neutral,
+            typical_p=1.0,
+            epsilon_cutoff=0.0,
+            eta_cutoff=0.0,
+            repetition_penalty=1.0,
+            encoder_repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            min_new_tokens=0,  # also overrides an inherited min_length
+            renormalize_logits=False,
+            output_scores=False,  # the recorder below replaces the (rows, steps, vocab) stack
+            return_dict_in_generate=False,
             eos_token_id=list(self.eos_token_ids + tuple(params.stop_token_ids)),
             pad_token_id=self.pad_token_id,
-            output_scores=True,
-            return_dict_in_generate=True,
         )
+        processors = sampling_processors(params)
         gen = model.generate(
             input_ids=input_ids.to(device),
             attention_mask=attention_mask.to(device),
             generation_config=config,
+            logits_processor=processors,
             **extra,
         )
         if dummy:
             return
-        new_tokens = gen.sequences[:, width:].cpu()
-        # scores[t] are the processed logits that step t sampled from.
-        scores = torch.stack(gen.scores, dim=1).float().cpu()  # (N, steps, V)
-        logprobs = (
-            torch.log_softmax(scores, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-        )
+        new_tokens = gen[:, width:].cpu()
+        logprobs = processors[-1].log_probs(new_tokens)
         stops = set(self.eos_token_ids) | set(params.stop_token_ids)
         for tokens, lps in zip(new_tokens.tolist(), logprobs.tolist()):
             length, reason = len(tokens), "length"

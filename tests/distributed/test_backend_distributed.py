@@ -14,7 +14,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ pytestmark = pytest.mark.distributed
 SCRIPT = Path(__file__).with_name("backend_checks.py")
 REPO = Path(__file__).resolve().parents[2]
 MODELS = ("tied", "untied")
-TIMEOUT_S = 240
+TIMEOUT_S = 600  # a hang guard only, far above a normal launch (~15 s)
 
 
 def _free_port() -> int:
@@ -45,16 +44,14 @@ def _run(command: list[str], out: Path) -> dict:
     }
     for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # never inherit a launcher's identity from the test runner
-    start = time.perf_counter()
     proc = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
     )
-    seconds = time.perf_counter() - start
     assert proc.returncode == 0, (
         f"{' '.join(command)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     )
     ranks = sorted(out.glob("result_rank*.json"))
-    return {"seconds": seconds, "ranks": [json.loads(p.read_text()) for p in ranks], "dir": out}
+    return {"ranks": [json.loads(p.read_text()) for p in ranks], "dir": out}
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +90,8 @@ def _max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> flo
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-def test_each_launch_finishes_within_its_budget(runs):
-    for name, run in runs.items():
-        print(f"{name}: {run['seconds']:.1f}s")
-        assert run["seconds"] < TIMEOUT_S
+def test_each_launch_reports_from_every_rank(runs):
+    # A hung launch fails in the fixture (subprocess timeout); here: every rank wrote.
     assert [len(runs[n]["ranks"]) for n in ("two_fsdp2", "one_plain", "one_fsdp2")] == [2, 1, 1]
 
 
