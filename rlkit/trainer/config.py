@@ -31,6 +31,12 @@ class ModelConfig:
     dtype: str = "float32"
     """Parameter dtype: float32 | bfloat16 | float16."""
     gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    """Run actor, reference and critic forwards on the real tokens only, packed into one
+    sequence per micro-batch (verl's ``use_remove_padding``). Worth it with
+    flash-attention's variable-length kernels (GPU); with SDPA or eager attention
+    transformers builds a (tokens x tokens) block-causal mask, so on CPU leave it off
+    unless micro-batches are small."""
     lora_rank: int = 0
     """0 = full fine-tuning; > 0 trains LoRA adapters (peft) and uses the adapter-free
     model as the reference policy."""

@@ -22,26 +22,54 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def _response_hidden(
-    decoder: nn.Module, batch: dict[str, torch.Tensor], prompt_width: int
+    decoder: nn.Module,
+    batch: dict[str, torch.Tensor],
+    prompt_width: int,
+    remove_padding: bool = False,
 ) -> torch.Tensor:
     """Hidden states that predict each response token: positions P-1 .. P+T-2. (B, T, H)."""
-    out = decoder(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
-        use_cache=False,
-    )
+    if remove_padding:
+        hidden = _unpadded_hidden(decoder, batch)
+    else:
+        hidden = decoder(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+        ).last_hidden_state
     t = batch["responses"].shape[1]
-    return out.last_hidden_state[:, prompt_width - 1 : prompt_width - 1 + t]
+    return hidden[:, prompt_width - 1 : prompt_width - 1 + t]
+
+
+def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The decoder over the real tokens only, packed into one row (verl's remove-padding).
+
+    Rows are concatenated without their padding into a (1, N) sequence whose position
+    ids restart at 0 for each row; with no attention mask, transformers reads the row
+    boundaries from the position ids (flash-attention: variable-length kernels; SDPA
+    and eager: an N x N block-causal mask). Returns (B, L, H), zero on padding.
+    """
+    keep = batch["attention_mask"].bool()
+    packed = decoder(
+        input_ids=batch["input_ids"][keep][None],
+        position_ids=batch["position_ids"][keep][None],
+        attention_mask=None,
+        use_cache=False,
+    ).last_hidden_state[0]
+    hidden = packed.new_zeros(*keep.shape, packed.shape[-1])
+    return hidden.index_put((keep,), packed)  # out of place: gradients reach `packed`
 
 
 class ActorModule(nn.Module):
     """Policy: per-token log pi(response_t | context) and entropy at temperature ``tau``."""
 
-    def __init__(self, backbone: PreTrainedModel, *, chunk_size: int = 1024) -> None:
+    def __init__(
+        self, backbone: PreTrainedModel, *, chunk_size: int = 1024, remove_padding: bool = False
+    ) -> None:
         super().__init__()
         self.backbone = backbone
         self.chunk_size = chunk_size
+        self.remove_padding = remove_padding
 
     def forward(
         self,
@@ -51,7 +79,8 @@ class ActorModule(nn.Module):
         compute_entropy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked)."""
-        hidden = _response_hidden(self.backbone.get_decoder(), batch, prompt_width)
+        decoder = self.backbone.get_decoder()
+        hidden = _response_hidden(decoder, batch, prompt_width, self.remove_padding)
         head = self.backbone.get_output_embeddings()
         logp, ent = ops.token_logprobs_and_entropy(
             hidden,
@@ -73,9 +102,10 @@ class ActorModule(nn.Module):
 class CriticModule(nn.Module):
     """Value model: the backbone's decoder plus a scalar head on each position."""
 
-    def __init__(self, backbone: PreTrainedModel) -> None:
+    def __init__(self, backbone: PreTrainedModel, *, remove_padding: bool = False) -> None:
         super().__init__()
         self.backbone = backbone
+        self.remove_padding = remove_padding
         hidden = backbone.config.hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=next(backbone.parameters()).dtype)
         nn.init.zeros_(self.value_head.weight)
@@ -83,7 +113,7 @@ class CriticModule(nn.Module):
 
     def forward(self, batch: dict[str, torch.Tensor], prompt_width: int) -> torch.Tensor:
         """Values V(s_t) before each response token, (B, T) float32."""
-        hidden = _response_hidden(self._decoder(), batch, prompt_width)
+        hidden = _response_hidden(self._decoder(), batch, prompt_width, self.remove_padding)
         return self.value_head(hidden).squeeze(-1).float()
 
     def _decoder(self) -> nn.Module:

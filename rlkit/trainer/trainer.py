@@ -256,14 +256,22 @@ class RLTrainer:
                 backbone, rank=m.lora_rank, alpha=m.lora_alpha, target_modules=m.lora_target_modules
             )
         actor, opt = self.backend.prepare(
-            ActorModule(backbone, chunk_size=o.logprob_chunk_size), self._optimizer_factory(o.lr)
+            ActorModule(
+                backbone, chunk_size=o.logprob_chunk_size, remove_padding=m.use_remove_padding
+            ),
+            self._optimizer_factory(o.lr),
         )
         ref = None
         if self.needs_ref and m.lora_rank == 0:
             ref_backbone = load_causal_lm(m.path, dtype=m.dtype, gguf_file=m.gguf_file)
             ref_backbone.requires_grad_(False)
             ref, _ = self.backend.prepare(
-                ActorModule(ref_backbone, chunk_size=o.logprob_chunk_size), None
+                ActorModule(
+                    ref_backbone,
+                    chunk_size=o.logprob_chunk_size,
+                    remove_padding=m.use_remove_padding,
+                ),
+                None,
             )
         return actor, opt, self._scheduler(opt), ref
 
@@ -275,7 +283,8 @@ class RLTrainer:
             m.critic_path or m.path, dtype=m.dtype, gguf_file=m.gguf_file
         )
         critic, opt = self.backend.prepare(
-            CriticModule(backbone), self._optimizer_factory(self.cfg.optim.critic_lr)
+            CriticModule(backbone, remove_padding=m.use_remove_padding),
+            self._optimizer_factory(self.cfg.optim.critic_lr),
         )
         return critic, opt, self._scheduler(opt)
 
