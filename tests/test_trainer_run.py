@@ -69,6 +69,36 @@ def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tm
     assert (out / "learning_curve.png").stat().st_size > 1000
 
 
+def response_length_reward(response: str, ground_truth: str, **extra) -> float:
+    return float(len(response))
+
+
+def test_export_at_end_writes_a_hugging_face_model_with_the_trained_weights(
+    demo_model_dir, tmp_path
+):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "run",
+        # A reward that differs between a group's responses, so the step changes weights.
+        data={"reward": "tests.test_trainer_run:response_length_reward"},
+        trainer={"total_steps": 1, "save_at_end": False, "export_hf_at_end": True},
+    )
+    trainer = RLTrainer(cfg)
+    trainer.run()
+    trained = {k: v.detach().clone() for k, v in trainer.actor.backbone.state_dict().items()}
+    trainer.cleanup()
+    exported = tmp_path / "run" / "hf_model"
+    model = AutoModelForCausalLM.from_pretrained(exported)
+    assert AutoTokenizer.from_pretrained(exported)("1+2=").input_ids  # tokenizer saved too
+    state = model.state_dict()
+    initial = AutoModelForCausalLM.from_pretrained(demo_model_dir).state_dict()
+    assert any(not torch.equal(state[k], initial[k]) for k in state)  # the update is in it
+    for k, v in trained.items():
+        torch.testing.assert_close(state[k], v, rtol=0, atol=0)
+
+
 def test_resume_continues_bitwise_identically(demo_model_dir, tmp_path):
     # Validation every 2 steps in all runs: the interrupted run validates at its last step (2).
     straight = small_experiment(
