@@ -192,6 +192,12 @@ class TrainerConfig:
     seed: int = 0
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
+    mixed_precision: str = "no"
+    """no | bf16 | fp16: the compute dtype of actor, reference and critic forwards (FSDP2's
+    MixedPrecisionPolicy when sharded, autocast otherwise). Parameters, gradients and
+    optimizer state stay in ``ModelConfig.dtype``: keep that float32 and set bf16 here
+    for the usual GPU recipe (pure-bf16 parameters lose updates below their ~3 significant
+    digits, e.g. most of an lr=1e-6 step)."""
     platform: str | None = None
     """Force a platform (cpu | cuda | npu); None = detect."""
     export_hf_at_end: bool = False
@@ -246,6 +252,11 @@ class ExperimentConfig:
         if o.lr_schedule not in ("constant", "cosine"):
             problems.append(
                 f"OptimConfig.lr_schedule must be constant|cosine, got {o.lr_schedule!r}"
+            )
+        if self.trainer.mixed_precision not in ("no", "bf16", "fp16"):
+            problems.append(
+                "TrainerConfig.mixed_precision must be no|bf16|fp16, "
+                f"got {self.trainer.mixed_precision!r}"
             )
         if not self.model.path:
             problems.append("ModelConfig.path is empty: give a local Hugging Face model directory")

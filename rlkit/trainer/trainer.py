@@ -19,6 +19,7 @@ import dataclasses
 import json
 import math
 import random
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,11 @@ class RLTrainer:
         if cfg.trainer.platform:
             device.set_platform(cfg.trainer.platform)
         self.platform = device.current()
-        self.backend = TrainingBackend(strategy=cfg.trainer.backend_strategy, seed=cfg.trainer.seed)
+        self.backend = TrainingBackend(
+            strategy=cfg.trainer.backend_strategy,
+            mixed_precision=cfg.trainer.mixed_precision,
+            seed=cfg.trainer.seed,
+        )
         self.rank, self.world = self.backend.process_index, self.backend.num_processes
         if cfg.data.train_batch_size % self.world:
             raise ValueError(
@@ -245,6 +250,14 @@ class RLTrainer:
         from rlkit.trainer.modules import ActorModule, add_lora, load_causal_lm
 
         m, o = self.cfg.model, self.cfg.optim
+        if m.dtype != "float32" and m.lora_rank == 0:
+            warnings.warn(
+                f"ModelConfig.dtype={m.dtype!r} trains {m.dtype} parameters and optimizer state: "
+                "updates smaller than the parameters' resolution are lost (most of an lr=1e-6 "
+                "step in bfloat16). For the usual recipe keep dtype='float32' and set "
+                "TrainerConfig.mixed_precision='bf16'.",
+                stacklevel=2,
+            )
         backbone = load_causal_lm(
             m.path,
             dtype=m.dtype,
