@@ -134,6 +134,23 @@ def test_cpu_launch_sets_the_cpu_engine_and_forces_temperature_scaled_logprobs(m
     assert cmd[cmd.index("--dtype") + 1] == "float32"
 
 
+def test_server_does_not_inherit_the_launchers_process_group():
+    base = {
+        "PATH": "/bin",
+        "RANK": "1",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "29500",
+        "TORCHELASTIC_RUN_ID": "x",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
+    env = server_env(ServerConfig(model_path="/m", env={"EXTRA": "1"}), base)
+    assert env["PATH"] == "/bin" and env["CUDA_VISIBLE_DEVICES"] == "0,1" and env["EXTRA"] == "1"
+    assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} & set(env)
+    assert "TORCHELASTIC_RUN_ID" not in env
+
+
 def test_sleep_on_idle_flag_is_sent_only_when_asked():
     asleep = ServerConfig(model_path="/m", device="cpu", sleep_on_idle=True)
     assert "--sleep-on-idle" in launch_command(asleep, port=1234)

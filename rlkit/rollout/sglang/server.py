@@ -139,14 +139,39 @@ def cpu_standins_path() -> Path | None:
     return path
 
 
+#: Variables torchrun / accelerate launch set for the trainer's ranks, never for a server.
+_LAUNCHER_VARIABLES = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+
+
 def server_env(config: ServerConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a server process.
 
     ``SGLANG_RETURN_ORIGINAL_LOGPROB`` is forced off so that ``output_token_logprobs``
     are ``log_softmax(logits / temperature)`` (the trainer's convention), whatever the
-    caller's environment says.
+    caller's environment says. The launcher's process-group variables (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_PORT``, ``TORCHELASTIC_*`` ...) are left out: a server started
+    by a rank of ``accelerate launch`` would otherwise try to join the trainer's group
+    while setting up its own and hang at "Init parallel begin".
     """
-    env = dict(os.environ if base is None else base)
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if k not in _LAUNCHER_VARIABLES and not k.startswith("TORCHELASTIC_")
+    }
     env["SGLANG_RETURN_ORIGINAL_LOGPROB"] = "0"
     if config.device == "cpu":
         env["SGLANG_USE_CPU_ENGINE"] = "1"
