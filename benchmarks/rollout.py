@@ -53,6 +53,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sync-repeats", type=int, default=3)
     p.add_argument("--modes", default="disk,tensor,distributed")
     p.add_argument("--skip-hf", action="store_true")
+    p.add_argument(
+        "--busy-poll",
+        action="store_true",
+        help="start the server without --sleep-on-idle (SGLang's default; on by default on CPU)",
+    )
     return p.parse_args()
 
 
@@ -113,6 +118,7 @@ def main() -> None:
             attention_backend="torch_native" if args.device == "cpu" else None,
             log_dir=str(root / "logs"),
             verify_tolerance=float("inf"),
+            sleep_on_idle=not args.busy_poll,
         )
         try:
             for c in conc:
