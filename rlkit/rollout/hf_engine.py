@@ -47,7 +47,8 @@ class SampledTokenLogProbs(LogitsProcessor):
 
     def _gather_pending(self, tokens: torch.Tensor) -> None:
         if self._pending is not None:
-            self.steps.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1).cpu())
+            # Stays on the device: a per-step copy to the host would sync every decode step.
+            self.steps.append(self._pending.gather(-1, tokens[:, None]).squeeze(-1))
             self._pending = None
 
     def log_probs(self, new_tokens: torch.Tensor) -> torch.Tensor:
@@ -57,7 +58,7 @@ class SampledTokenLogProbs(LogitsProcessor):
         if len(self.steps) < new_tokens.shape[1]:  # the last step's token is only here
             self._gather_pending(new_tokens[:, len(self.steps)].to(self._pending.device))
         # generate may have run (and then undone) a step past the end: drop it.
-        return torch.stack(self.steps[: new_tokens.shape[1]], dim=1)
+        return torch.stack(self.steps[: new_tokens.shape[1]], dim=1).cpu()
 
 
 def sampling_processors(params: SamplingParams) -> LogitsProcessorList:
