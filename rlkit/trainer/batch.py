@@ -77,21 +77,23 @@ def build_batch(rollout: RolloutBatch, *, pad_token_id: int, response_width: int
             f"a response has {longest} tokens, more than response_width={response_width}"
         )
     p = max((len(x) for x in rollout.prompt_ids), default=1)
-    prompts = torch.full((b, p), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((b, p), dtype=torch.long)
-    responses = torch.full((b, response_width), pad_token_id, dtype=torch.long)
-    response_mask = torch.zeros((b, response_width), dtype=torch.float32)
-    rollout_lp = torch.zeros((b, response_width), dtype=torch.float32)
-    for i, (pr, rs, lp) in enumerate(
-        zip(rollout.prompt_ids, rollout.response_ids, rollout.rollout_log_probs)
-    ):
-        if pr:
-            prompts[i, p - len(pr) :] = torch.tensor(pr, dtype=torch.long)
-            prompt_mask[i, p - len(pr) :] = 1
-        if rs:
-            responses[i, : len(rs)] = torch.tensor(rs, dtype=torch.long)
-            response_mask[i, : len(rs)] = 1.0
-            rollout_lp[i, : len(rs)] = torch.tensor(lp, dtype=torch.float32)
+    # Padded as Python lists, then one tensor each: a per-row torch.tensor costs more
+    # than the rest of the function at a few hundred rows.
+    prompt_lengths = torch.tensor([len(x) for x in rollout.prompt_ids], dtype=torch.long)
+    response_lengths = torch.tensor([len(r) for r in rollout.response_ids], dtype=torch.long)
+    prompts = torch.tensor(
+        [[pad_token_id] * (p - len(x)) + list(x) for x in rollout.prompt_ids], dtype=torch.long
+    ).reshape(b, p)
+    responses = torch.tensor(
+        [list(r) + [pad_token_id] * (response_width - len(r)) for r in rollout.response_ids],
+        dtype=torch.long,
+    ).reshape(b, response_width)
+    rollout_lp = torch.tensor(
+        [list(lp) + [0.0] * (response_width - len(lp)) for lp in rollout.rollout_log_probs],
+        dtype=torch.float32,
+    ).reshape(b, response_width)
+    prompt_mask = (torch.arange(p) >= (p - prompt_lengths)[:, None]).long()
+    response_mask = (torch.arange(response_width) < response_lengths[:, None]).float()
     attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
     # Positions count real tokens only, so left padding does not shift them.
     position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -102,8 +104,8 @@ def build_batch(rollout: RolloutBatch, *, pad_token_id: int, response_width: int
         "responses": responses,
         "response_mask": response_mask,
         "rollout_log_probs": rollout_lp,
-        "prompt_lengths": prompt_mask.sum(dim=1),
-        "response_lengths": response_mask.sum(dim=1).long(),
+        "prompt_lengths": prompt_lengths,
+        "response_lengths": response_lengths,
         "index": torch.as_tensor(rollout.prompt_index, dtype=torch.long).reshape(b),
     }
     return Batch(tensors, p)
