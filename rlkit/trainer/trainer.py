@@ -682,7 +682,11 @@ class RLTrainer:
             packed = comm.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
             totals.append(dict(zip(keys, packed.tolist())))
             means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.world)
-        scheduler.step()
+        with warnings.catch_warnings():
+            # The schedule counts RL steps, including one whose updates were all skipped
+            # (NaN loss); torch warns when that happens before any optimizer.step().
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step")
+            scheduler.step()
         out = means.reduced(comm.all_reduce)
         for key in totals[0] if totals else ():
             out[key] = float(np.mean([t[key] for t in totals]))
