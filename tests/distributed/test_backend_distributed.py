@@ -10,8 +10,6 @@ Each test below asserts on the JSON and tensors those runs wrote.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +18,7 @@ import pytest
 import torch
 
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
+from tests.distributed.launch import accelerate_launch, launch_env
 
 pytestmark = pytest.mark.distributed
 
@@ -29,23 +28,9 @@ MODELS = ("tied", "untied")
 TIMEOUT_S = 600  # a hang guard only, far above a normal launch (~15 s)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run(command: list[str], out: Path) -> dict:
-    env = os.environ | {
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
-    }
-    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)  # never inherit a launcher's identity from the test runner
     proc = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+        command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=TIMEOUT_S
     )
     assert proc.returncode == 0, (
         f"{' '.join(command)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
@@ -63,9 +48,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
         f"untied={build_tiny_qwen2(root / 'untied', tokenizer, tie_word_embeddings=False, seed=1)}",
     ]
     results = {}
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
-    launch += ["--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"]
-    launch += ["--dynamo_backend", "no", "--main_process_port", str(_free_port())]
+    launch = accelerate_launch(2)
     commands = {
         "two_fsdp2": launch + [str(SCRIPT), "--strategy", "auto", "--expect-none-refused"],
         "one_plain": [sys.executable, str(SCRIPT), "--strategy", "none"],

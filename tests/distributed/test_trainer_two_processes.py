@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.distributed.test_backend_distributed import _free_port
+from tests.distributed.launch import accelerate_launch, launch_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,33 +44,10 @@ def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_di
     out = tmp_path / "run"
     cfg = tmp_path / "two.gin"
     cfg.write_text(GIN.format(model=demo_model_dir, out=out))
-    env = os.environ | {
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_VERBOSITY": "error",
-    }
-    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        str(_free_port()),
-        "-m",
-        "rlkit.train",
-        str(cfg),
-    ]
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=420)
+    command = [*accelerate_launch(2), "-m", "rlkit.train", str(cfg)]
+    proc = subprocess.run(
+        command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=420
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "processes=2" in proc.stdout + proc.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -7,14 +7,12 @@ update the sharded policy is gathered, synced from disk and checked against the 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.distributed.test_backend_distributed import _free_port
+from tests.distributed.launch import accelerate_launch, launch_env
 from tests.sglang.conftest import CPU_SERVER, require_sglang
 
 pytestmark = [pytest.mark.sglang, pytest.mark.distributed, pytest.mark.slow]
@@ -55,16 +53,10 @@ def test_two_ranks_share_one_server_and_keep_it_in_sync(demo_model_dir, tmp_path
     cfg.write_text(
         GIN.format(model=demo_model_dir, out=out, options=json.dumps(options | CPU_SERVER))
     )
-    env = os.environ | {"OMP_NUM_THREADS": "1", "TRANSFORMERS_VERBOSITY": "error"}
-    for name in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [
-        *(sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"),
-        *("--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no"),
-        *("--dynamo_backend", "no", "--main_process_port", str(_free_port())),
-        *("-m", "rlkit.train", str(cfg)),
-    ]
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    command = [*accelerate_launch(2), "-m", "rlkit.train", str(cfg)]
+    proc = subprocess.run(
+        command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     assert "processes=2" in proc.stdout and "engine=sglang" in proc.stdout
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
