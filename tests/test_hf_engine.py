@@ -23,12 +23,17 @@ class LocalWeights:
         yield self.model, {}
 
 
-@pytest.fixture(scope="module")
-def engine_and_model(tiny_model_dir):
+@pytest.fixture(scope="module", params=["rlkit", "generate"])
+def engine_and_model(tiny_model_dir, request):
+    """The engine with each decode loop: every test below holds for both."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     engine = ROLLOUT_ENGINES.get("hf")(
-        model_path=str(tiny_model_dir), tokenizer=tok, weights=LocalWeights(model), seed=0
+        model_path=str(tiny_model_dir),
+        tokenizer=tok,
+        weights=LocalWeights(model),
+        seed=0,
+        decode_loop=request.param,
     )
     return engine, model, tok
 
@@ -99,8 +104,9 @@ def test_top_p_logprobs_are_renormalised_over_the_nucleus(engine_and_model):
         torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("decode_loop", ["rlkit", "generate"])
 def test_checkpoint_generation_defaults_do_not_change_the_sampling_distribution(
-    tiny_model_dir, tmp_path
+    tiny_model_dir, decode_loop
 ):
     # Chat checkpoints ship generation_config.json with sampling defaults (Qwen2.5:
     # repetition_penalty 1.05, top_k 20, top_p 0.8, temperature 0.7). The engine must
@@ -117,7 +123,9 @@ def test_checkpoint_generation_defaults_do_not_change_the_sampling_distribution(
         return_dict_in_generate=True,
     )
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = ROLLOUT_ENGINES.get("hf")(tokenizer=tok, weights=LocalWeights(model))
+    engine = ROLLOUT_ENGINES.get("hf")(
+        tokenizer=tok, weights=LocalWeights(model), decode_loop=decode_loop
+    )
     prompt = tok("5+5=").input_ids
     torch.manual_seed(0)
     out = engine.generate([prompt], SamplingParams(max_new_tokens=8, n=4, temperature=1.0))
@@ -142,3 +150,29 @@ def test_unknown_engine_option_is_rejected(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     with pytest.raises(TypeError, match="generation_batchsize"):
         ROLLOUT_ENGINES.get("hf")(tokenizer=tok, weights=None, generation_batchsize=3)
+
+
+def test_unknown_decode_loop_lists_the_known_ones(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    with pytest.raises(ValueError, match=r"unknown decode_loop 'vllm'.*'rlkit', 'generate'"):
+        ROLLOUT_ENGINES.get("hf")(tokenizer=tok, weights=None, decode_loop="vllm")
+
+
+def test_both_decode_loops_agree_greedily_across_generation_batches(tiny_model_dir):
+    # generation_batch_size 4 with n=2: the rlkit loop decodes 2 prompts per call, generate
+    # 4 rows per call; the 5 prompts then span 3 calls and both must give the same rows.
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompts = [tok(t).input_ids for t in ["1+2=", "33+4=", "x", "hello", "9*9="]]
+    params = SamplingParams(max_new_tokens=5, n=2, temperature=0.0)
+    outs = {
+        loop: ROLLOUT_ENGINES.get("hf")(
+            tokenizer=tok, weights=LocalWeights(model), generation_batch_size=4, decode_loop=loop
+        ).generate(prompts, params)
+        for loop in ("rlkit", "generate")
+    }
+    assert outs["rlkit"].response_ids == outs["generate"].response_ids
+    assert outs["rlkit"].finish_reasons == outs["generate"].finish_reasons
+    assert outs["rlkit"].prompt_index == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    for a, b in zip(outs["rlkit"].rollout_log_probs, outs["generate"].rollout_log_probs):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-5, rtol=1e-5)

@@ -3,7 +3,13 @@
 import torch
 
 from rlkit.rollout.base import RolloutBatch
-from rlkit.trainer.batch import build_batch, pad_rows_to_multiple, shard_rows, token_budget_split
+from rlkit.trainer.batch import (
+    build_batch,
+    length_sorted_split,
+    pad_rows_to_multiple,
+    shard_rows,
+    token_budget_split,
+)
 
 
 def _rollout() -> RolloutBatch:
@@ -69,3 +75,30 @@ def test_token_budget_split_honours_min_parts_with_empty_parts():
     parts = token_budget_split(torch.tensor([4, 4]), max_tokens=100, min_parts=3)
     assert len(parts) == 3
     assert sorted(len(p) for p in parts) == [0, 1, 1]
+
+
+def test_trimmed_drops_only_columns_that_are_padding_in_every_row():
+    b = build_batch(_rollout(), pad_token_id=0, response_width=4)
+    b["advantages"] = torch.arange(8.0).reshape(2, 4)
+    # Row 1 alone: prompt [7] (1 of P=2 columns), response [10] (1 of T=4 columns).
+    t = b.select([1]).trimmed()
+    assert t.prompt_width == 1
+    assert t["input_ids"].tolist() == [[7, 10]]
+    assert t["attention_mask"].tolist() == [[1, 1]]
+    assert t["position_ids"].tolist() == [[0, 1]]  # positions of real tokens unchanged
+    assert t["responses"].tolist() == [[10]] and t["response_mask"].tolist() == [[1.0]]
+    assert t["advantages"].tolist() == [[4.0]]  # per-token tensors cut to T' = 1
+    assert t["prompt_lengths"].tolist() == [1]  # per-row tensors untouched
+    # Both rows: nothing is padding everywhere except the last response column.
+    both = b.trimmed()
+    assert both.prompt_width == 2 and both["input_ids"].shape == (2, 5)
+    assert both["input_ids"].tolist() == [[5, 6, 8, 9, 2], [0, 7, 10, 0, 0]]
+
+
+def test_length_sorted_split_groups_rows_of_similar_length():
+    prompt_lengths = torch.tensor([3, 2, 3, 2, 3, 2])
+    response_lengths = torch.tensor([8, 1, 2, 8, 1, 2])
+    parts = length_sorted_split(prompt_lengths, response_lengths, micro_batch_size=2)
+    # Sorted by (response, prompt): rows 1 (1,2), 4 (1,3), 5 (2,2), 2 (2,3), 3 (8,2), 0 (8,3).
+    assert [p.tolist() for p in parts] == [[1, 4], [2, 5], [0, 3]]
+    assert length_sorted_split(torch.tensor([]), torch.tensor([]), 4) == []

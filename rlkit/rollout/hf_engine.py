@@ -1,11 +1,18 @@
-"""The embedded rollout engine: batched Hugging Face ``generate`` on the trainer's model.
+"""The embedded rollout engine: batched sampling from the trainer's own Hugging Face model.
 
 It generates with the trainer's live module (no weight copy, so ``sync_weights``
 costs nothing) and records each sampled token's log-prob under the sampling
 distribution (temperature, top-k and top-p applied), which is what the rollout
-importance-sampling correction needs. The log-probs are gathered step by step, so
-memory holds one step's (rows x vocabulary) scores, not ``output_scores``'
-(rows x steps x vocabulary) stack.
+importance-sampling correction needs.
+
+Two decode loops, chosen by the ``decode_loop`` option:
+
+* ``"rlkit"`` (default): :mod:`rlkit.rollout.kv_decode`, which prefills each prompt
+  once for its ``n`` responses and drops finished rows from the batch.
+* ``"generate"``: ``transformers``' ``generate``, for models whose KV cache cannot be
+  repeated or subset per row. Log-probs are gathered step by step by a logits
+  processor, so memory holds one step's (rows x vocabulary) scores, not
+  ``output_scores``' (rows x steps x vocabulary) stack.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from transformers import (
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+from rlkit.rollout.kv_decode import Warp, decode
+
+DECODE_LOOPS = ("rlkit", "generate")
 
 
 class SampledTokenLogProbs(LogitsProcessor):
@@ -61,33 +71,63 @@ class SampledTokenLogProbs(LogitsProcessor):
         return torch.stack(self.steps[: new_tokens.shape[1]], dim=1).cpu()
 
 
-def sampling_processors(params: SamplingParams) -> LogitsProcessorList:
-    """Temperature, top-k, top-p (in ``generate``'s order), then the log-prob recorder.
-
-    Passed as ``logits_processor`` with the matching ``GenerationConfig`` fields
-    neutral: ``generate`` merges a caller's processors before its own warpers, so
-    leaving the warpers to it would record log-probs before temperature and top-k/p.
-    """
-    processors = LogitsProcessorList()
+def sampling_warpers(params: SamplingParams) -> LogitsProcessorList:
+    """Temperature, top-k, top-p, in ``generate``'s order (none when greedy)."""
+    warpers = LogitsProcessorList()
     if params.temperature > 0:
         if params.temperature != 1.0:
-            processors.append(TemperatureLogitsWarper(params.temperature))
+            warpers.append(TemperatureLogitsWarper(params.temperature))
         if params.top_k > 0:
-            processors.append(TopKLogitsWarper(top_k=params.top_k))
+            warpers.append(TopKLogitsWarper(top_k=params.top_k))
         if params.top_p < 1.0:
-            processors.append(TopPLogitsWarper(top_p=params.top_p))
+            warpers.append(TopPLogitsWarper(top_p=params.top_p))
+    return warpers
+
+
+def sampling_processors(params: SamplingParams) -> LogitsProcessorList:
+    """The warpers, then the log-prob recorder: ``generate``'s ``logits_processor``.
+
+    Passed with the matching ``GenerationConfig`` fields neutral: ``generate`` merges
+    a caller's processors before its own warpers, so leaving the warpers to it would
+    record log-probs before temperature and top-k/p.
+    """
+    processors = sampling_warpers(params)
     processors.append(SampledTokenLogProbs())
     return processors
 
 
+def _num_chunks(items: int, per_chunk: int, extra: dict[str, Any]) -> int:
+    """Decode calls for ``items``: at least one, and under FSDP the most any process needs.
+
+    Every process must run equally many forward passes (FSDP all-gathers weights in
+    each), also one with fewer or no prompts: its spare calls decode nothing.
+    """
+    count = max(1, -(-items // per_chunk))
+    if extra.get("synced_gpus"):
+        from rlkit.trainer.collectives import same_everywhere
+
+        count = same_everywhere(count, "max")
+    return count
+
+
+def _warp_function(params: SamplingParams) -> Warp | None:
+    warpers = sampling_warpers(params)
+    if not warpers:
+        return None
+    no_ids = torch.zeros((0, 0), dtype=torch.long)  # the warpers read scores only
+    return lambda scores: warpers(no_ids, scores)
+
+
 class HFEngine(RolloutEngine):
-    """Generate with ``transformers``' ``generate`` in micro-batches.
+    """Generate with the trainer's model in micro-batches.
 
     Args:
         weights: the trainer's policy; its ``generation_context()`` yields the model.
         pad_token_id: id used to left-pad prompts (the tokenizer's pad id).
         eos_token_ids: ids that end a response (the tokenizer's EOS at least).
-        generation_batch_size: sequences per ``generate`` call (prompts x n); bounds memory.
+        generation_batch_size: sequences per decode call (prompts x n); bounds memory.
+        decode_loop: ``"rlkit"`` (shared prefill, finished rows dropped) or
+            ``"generate"`` (``transformers``' ``generate``).
     """
 
     shares_trainer_module = True
@@ -99,9 +139,15 @@ class HFEngine(RolloutEngine):
         pad_token_id: int,
         eos_token_ids: Sequence[int],
         generation_batch_size: int = 256,
+        decode_loop: str = "rlkit",
     ) -> None:
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
+        if decode_loop not in DECODE_LOOPS:
+            raise ValueError(
+                f"hf engine: unknown decode_loop {decode_loop!r}; choose one of {DECODE_LOOPS}"
+            )
+        self.decode_loop = decode_loop
         self.weights = weights
         self.pad_token_id = pad_token_id
         self.eos_token_ids = tuple(eos_token_ids)
@@ -115,15 +161,45 @@ class HFEngine(RolloutEngine):
             was_training = model.training
             model.eval()
             try:
-                for start in range(0, max(len(rows), 1), self.generation_batch_size):
-                    chunk = rows[start : start + self.generation_batch_size]
-                    # Every rank must call generate equally often under FSDP, even with no rows.
-                    self._generate_chunk(model, chunk, params, extra, out)
+                if self.decode_loop == "rlkit":
+                    self._decode(model, [list(p) for p in prompt_ids], params, extra, out)
+                else:
+                    size = self.generation_batch_size
+                    for c in range(_num_chunks(len(rows), size, extra)):
+                        chunk = rows[c * size : (c + 1) * size]
+                        self._generate_chunk(model, chunk, params, extra, out)
             finally:
                 model.train(was_training)
         out.prompt_ids, out.prompt_index = rows, index
         out.validate()
         return out
+
+    def _decode(
+        self,
+        model: torch.nn.Module,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        extra: dict[str, Any],
+        out: RolloutBatch,
+    ) -> None:
+        """:func:`kv_decode.decode` over chunks of whole prompt groups."""
+        per_chunk = max(1, self.generation_batch_size // params.n)
+        warp = _warp_function(params)
+        for c in range(_num_chunks(len(prompts), per_chunk, extra)):
+            result = decode(
+                model,
+                prompts[c * per_chunk : (c + 1) * per_chunk],
+                n=params.n,
+                max_new_tokens=params.max_new_tokens,
+                pad_token_id=self.pad_token_id,
+                stop_token_ids=self.eos_token_ids + tuple(params.stop_token_ids),
+                warp=warp,
+                greedy=params.temperature <= 0,
+                synced=bool(extra.get("synced_gpus")),
+            )
+            out.response_ids += result.response_ids
+            out.rollout_log_probs += result.log_probs
+            out.finish_reasons += result.finish_reasons
 
     @torch.no_grad()
     def _generate_chunk(
@@ -209,6 +285,7 @@ def make_hf_engine(
     tokenizer: Any,
     generation_batch_size: int = 256,
     extra_eos_token_ids: Sequence[int] = (),
+    decode_loop: str = "rlkit",
     **unused: Any,
 ) -> HFEngine:
     """Factory for :class:`HFEngine` (the trainer passes ``model_path``/``seed`` too; unused here)."""
@@ -216,7 +293,7 @@ def make_hf_engine(
     if unknown:
         raise TypeError(
             f"hf rollout engine got unknown option(s) {sorted(unknown)}; "
-            f"known: generation_batch_size, extra_eos_token_ids"
+            f"known: generation_batch_size, extra_eos_token_ids, decode_loop"
         )
     eos = [tokenizer.eos_token_id, *extra_eos_token_ids]
     return HFEngine(
@@ -226,4 +303,5 @@ def make_hf_engine(
         else tokenizer.eos_token_id,
         eos_token_ids=[e for e in eos if e is not None],
         generation_batch_size=generation_batch_size,
+        decode_loop=decode_loop,
     )

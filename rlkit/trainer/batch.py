@@ -49,6 +49,33 @@ class Batch:
         meta = {k: [v[i] for i in idx.tolist()] for k, v in self.meta.items()}
         return Batch(tensors, self.prompt_width, meta)
 
+    def trimmed(self) -> Batch:
+        """The same rows without columns that are padding in every row.
+
+        Keeps the last ``P'`` prompt columns (``P'`` = the longest prompt here) and
+        the first ``T'`` response columns (``T'`` = the longest response here, at
+        least 1). Per-token tensors (B, T) and sequence tensors (B, P + T) are cut
+        to match; every real token, its position id and its mask survive, so any
+        masked sum over the rows is unchanged. A micro-batch of short rows then
+        costs its own length, not the step's longest.
+        """
+        p, t = self.prompt_width, self.tensors["responses"].shape[1]
+        if len(self) == 0:
+            return self
+        keep_p = int(self.tensors["prompt_lengths"].max().clamp(min=1, max=p))
+        keep_t = int(self.tensors["response_lengths"].max().clamp(min=1, max=t))
+        if keep_p == p and keep_t == t:
+            return self
+        tensors = {}
+        for key, value in self.tensors.items():
+            width = value.shape[1] if value.dim() > 1 else None
+            if width == p + t:
+                value = value[:, p - keep_p : p + keep_t]
+            elif width == t:
+                value = value[:, :keep_t]
+            tensors[key] = value
+        return Batch(tensors, keep_p, self.meta)
+
     def to(self, device: torch.device) -> Batch:
         return Batch(
             {k: v.to(device) for k, v in self.tensors.items()}, self.prompt_width, self.meta
@@ -140,9 +167,24 @@ def shard_rows(num_rows: int, rank: int, world: int) -> torch.Tensor:
     return torch.arange(rank * per, (rank + 1) * per)
 
 
-def fixed_size_split(num_rows: int, micro_batch_size: int) -> list[torch.Tensor]:
-    """Consecutive chunks of at most ``micro_batch_size`` rows."""
-    return list(torch.arange(num_rows).split(micro_batch_size)) if num_rows else []
+def length_sorted_split(
+    prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, micro_batch_size: int
+) -> list[torch.Tensor]:
+    """Chunks of at most ``micro_batch_size`` rows, formed after sorting rows by length.
+
+    Rows are ordered by response length, then prompt length (stable), so each
+    chunk holds rows of similar length and :meth:`Batch.trimmed` cuts most of its
+    padding. Which rows share a micro-batch does not change the gradient (losses
+    are normalised by the whole mini-batch), only the floating-point summation order.
+
+    Returns:
+        Index tensors, each sorted ascending; together a permutation of the rows.
+    """
+    if not len(response_lengths):
+        return []
+    key = response_lengths * (int(prompt_lengths.max()) + 1) + prompt_lengths
+    order = torch.argsort(key, stable=True)
+    return [chunk.sort().values for chunk in order.split(micro_batch_size)]
 
 
 def token_budget_split(

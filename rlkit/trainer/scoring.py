@@ -164,7 +164,11 @@ def score_rollout(
     texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
     truths = [prompts.ground_truths[i] for i in rollout.prompt_index]
     sources = [prompts.data_sources[i] for i in rollout.prompt_index]
-    extras = [{**d.reward_options, "data_source": s} for s in sources]
+    # response_length (tokens, EOS included) is what the length-shaping rewards read.
+    extras = [
+        {**d.reward_options, "data_source": s, "response_length": len(ids)}
+        for s, ids in zip(sources, rollout.response_ids)
+    ]
     result = rewards.score_batch(
         d.reward, texts, truths, extras, timeout_s=d.reward_timeout_s, num_workers=d.reward_workers
     )

@@ -34,7 +34,7 @@ from rlkit.trainer import collectives as comm
 from rlkit.trainer.batch import (
     Batch,
     build_batch,
-    fixed_size_split,
+    length_sorted_split,
     pad_rows_to_multiple,
     shard_rows,
     token_budget_split,
@@ -519,7 +519,9 @@ class RLTrainer:
     def _micro_batches(self, local: Batch) -> list[torch.Tensor]:
         o = self.cfg.optim
         if not o.use_dynamic_bsz:
-            return fixed_size_split(len(local), o.micro_batch_size)
+            return length_sorted_split(
+                local["prompt_lengths"], local["response_lengths"], o.micro_batch_size
+            )
         lengths = local["prompt_lengths"] + local["response_lengths"]
         parts = token_budget_split(lengths, o.max_token_len_per_micro_batch)
         agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
@@ -533,14 +535,16 @@ class RLTrainer:
     def _forward_rows(self, module, batch: Batch, fn) -> torch.Tensor:
         """Apply ``fn(module, micro_batch) -> (b, T)`` to this process's share; gather globally."""
         local = self._local_share(batch).to(self.backend.device)
+        width = local["responses"].shape[1]
         out: torch.Tensor | None = None
         for rows in self._micro_batches(local):
-            micro = local.select(rows if len(rows) else [0])  # a dummy forward keeps ranks in step
-            value = fn(module, micro).float().cpu()
+            # A dummy forward (no rows) keeps ranks in step.
+            micro = local.select(rows if len(rows) else [0]).trimmed()
+            value = fn(module, micro).float().cpu()  # (b, T', ...) with T' <= T
             if out is None:
-                out = torch.zeros((len(local), *value.shape[1:]), dtype=torch.float32)
+                out = torch.zeros((len(local), width, *value.shape[2:]), dtype=torch.float32)
             if len(rows):
-                out[rows] = value
+                out[rows, : value.shape[1]] = value
         return comm.gather_rows(out)[: len(batch)]
 
     def _forward_logprobs(self, module, batch: Batch, *, entropy: bool = False):
@@ -549,14 +553,11 @@ class RLTrainer:
             return self._forward_rows(
                 module, batch, lambda m, mb: m(mb.tensors, mb.prompt_width, temp, False)[0]
             )
-        both = self._forward_rows(
+        pair = self._forward_rows(
             module,
             batch,
-            lambda m, mb: torch.stack(m(mb.tensors, mb.prompt_width, temp, True), dim=-1).flatten(
-                1
-            ),
-        )
-        pair = both.view(len(batch), -1, 2)
+            lambda m, mb: torch.stack(m(mb.tensors, mb.prompt_width, temp, True), dim=-1),
+        )  # (B, T, 2)
         return pair[..., 0].contiguous(), pair[..., 1].contiguous()
 
     def _reference_logprobs(self, batch: Batch) -> torch.Tensor:
@@ -666,7 +667,7 @@ class RLTrainer:
             local = self._local_share(mini).to(self.backend.device)
             finite, sums = True, {}
             for rows in self._micro_batches(local):
-                micro = local.select(rows if len(rows) else [0])
+                micro = local.select(rows if len(rows) else [0]).trimmed()
                 if not len(rows):  # a dummy pass keeps ranks in step and adds nothing
                     micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
                 loss, additive, parts = loss_fn(micro, norms)

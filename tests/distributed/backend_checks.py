@@ -29,6 +29,7 @@ from tiny_actor import TinyActor, global_batch, global_loss_of_slice
 from torch.distributed.tensor import DTensor, Shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.rollout.kv_decode import decode
 from rlkit.trainer.backend import TrainingBackend
 
 RESUME_STEPS = 2  # k: the resume check runs k + k vs 2k steps
@@ -84,6 +85,34 @@ def check_generation(backend, actor, reference, tokenizer) -> dict:
         sharded = greedy(actor.backbone, prompts, mask, **extra)
     expected = greedy(reference.to(backend.device), prompts, mask)
     return {"extra_kwargs": extra, "sharded": sharded, "unsharded": expected}
+
+
+def check_kv_decode(backend, actor, reference, tokenizer) -> dict:
+    """rlkit's decode loop under FSDP, where ranks finish at different steps.
+
+    ``stopping``: rank 0's rows all stop at their first token (its stop ids are its own
+    greedy first tokens) while rank 1 runs to 6 tokens. ``idle``: rank 0 has no
+    prompts at all. Either way rank 0 must keep joining rank 1's all-gathers.
+    """
+    rank = backend.process_index
+    texts = [["1+2=", "hello world"], ["abc", "7*8=5", "zz"]][rank % 2]
+    prompts = [tokenizer(t).input_ids for t in texts]
+    ref = reference.to(backend.device)
+    options = {"n": 2, "max_new_tokens": 6, "pad_token_id": 0, "warp": None, "greedy": True}
+    free = decode(ref, prompts, stop_token_ids=[], **options)
+    stops = sorted({r[0] for r in free.response_ids}) if rank % 2 == 0 else []
+    expected = decode(ref, prompts, stop_token_ids=stops, **options)
+    idle_prompts = [] if rank % 2 == 0 else prompts
+    with backend.generation_context(actor) as extra:
+        synced = bool(extra.get("synced_gpus"))
+        stopping = decode(actor.backbone, prompts, stop_token_ids=stops, synced=synced, **options)
+        idle = decode(actor.backbone, idle_prompts, stop_token_ids=[], synced=synced, **options)
+    return {
+        "stopping": stopping.response_ids,
+        "stopping_expected": expected.response_ids,
+        "idle": idle.response_ids,
+        "idle_expected": free.response_ids if idle_prompts else [],
+    }
 
 
 def sgd_step(backend, actor, optimizer, batch, rows) -> dict:
@@ -191,6 +220,7 @@ def run_model(backend, name: str, model_dir: str, out: Path) -> dict:
     actor, optimizer = backend.prepare(TinyActor(model_dir), lambda ps: torch.optim.SGD(ps, lr=0.5))
     # Generate before the wrapper ever ran a forward, then train the same model.
     result["generation_before_training"] = check_generation(backend, actor, reference, tokenizer)
+    result["kv_decode"] = check_kv_decode(backend, actor, reference, tokenizer)
     step = sgd_step(backend, actor, optimizer, batch, rows)
     result |= {k: step[k] for k in ("sharding", "loss_global", "grad_norm")}
     result["checkpoint_wrapped_layers"] = sum(

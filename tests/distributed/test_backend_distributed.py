@@ -175,6 +175,22 @@ def test_greedy_generation_in_context_equals_the_unsharded_model(runs, phase):
             assert len(sharded[0]) == 3 + 3 * result["process_index"]
 
 
+def test_rlkit_decode_loop_keeps_ranks_in_step_when_one_finishes_early(runs):
+    # Rank 0 stops every row at once (or has no prompts) while rank 1 decodes 6 tokens:
+    # returning at all proves rank 0 kept joining the all-gathers.
+    for run in runs.values():
+        for result in run["ranks"]:
+            for model in MODELS:
+                facts = result["models"][model]["kv_decode"]
+                assert facts["stopping"] == facts["stopping_expected"]
+                assert facts["idle"] == facts["idle_expected"]
+                if result["process_index"] == 0:
+                    assert all(len(r) == 1 for r in facts["stopping"])
+                    assert facts["idle"] == []
+                else:
+                    assert all(len(r) == 6 for r in facts["stopping"] + facts["idle"])
+
+
 def test_frozen_model_is_sharded_without_optimizer_and_matches_plain_log_probs(runs):
     for run in runs.values():
         for result in run["ranks"]:

@@ -1,0 +1,201 @@
+"""rlkit's own batched sampling loop over a Hugging Face model's KV cache.
+
+What it does that ``generate`` does not, for RL rollouts of ``n`` responses per prompt:
+
+* **Shared prefill.** Each distinct prompt is run once; its KV cache is then repeated
+  ``n`` times (``Cache.batch_repeat_interleave``), so prefill costs prompts, not rows.
+* **Finished rows leave the batch.** A row that emitted a stop token is dropped from
+  the cache (``Cache.batch_select_indices``); later decode steps run only the rows
+  still generating. ``generate`` keeps computing every row until all have stopped.
+* **One uniform per row.** Tokens are drawn by inverse-CDF sampling (a cumulative sum
+  and a binary search), exact for the categorical distribution; ``torch.multinomial``
+  draws an exponential variate per vocabulary entry.
+
+Each sampled token's log-prob is recorded under the distribution it was drawn from
+(temperature, top-k, top-p applied), as :class:`~rlkit.rollout.base.RolloutBatch`
+requires. Under FSDP (``synced=True``) every process runs the same number of forward
+passes: a process whose rows have all stopped runs one-token dummy passes until every
+process is done, as ``generate(synced_gpus=True)`` does.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+Warp = Callable[[torch.Tensor], torch.Tensor]
+"""(rows, vocab) float scores -> scores of the sampling distribution (-inf = excluded)."""
+
+
+@dataclass
+class DecodeResult:
+    """Per prompt-row ``r`` (prompt ``r // n``): generated ids, their log-probs, why it ended."""
+
+    response_ids: list[list[int]]
+    log_probs: list[list[float]]
+    finish_reasons: list[str]
+
+
+def sample_categorical(log_probs: torch.Tensor, generator: torch.Generator | None = None):
+    """One index per row drawn from ``softmax`` weights ``exp(log_probs)``: (rows,) long.
+
+    Inverse-CDF: ``u ~ U[0, total)`` per row, the first index whose cumulative mass
+    exceeds ``u``. The cumulative sum is float64, so a vocabulary of 10^5 entries loses
+    no mass to rounding. An entry of probability 0 (``-inf``) is never drawn: its
+    cumulative mass equals its predecessor's, so it is never the first to exceed ``u``,
+    and scaling ``u`` by the row's total keeps ``u`` below the last positive entry's sum.
+    """
+    cdf = log_probs.double().exp().cumsum(-1)
+    u = (
+        torch.rand((cdf.shape[0], 1), generator=generator, device=cdf.device, dtype=torch.float64)
+        * cdf[:, -1:]
+    )
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+
+
+def _left_padded(prompts: Sequence[Sequence[int]], pad_token_id: int):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+class _Stepper:
+    """Forward passes of ``model`` with its cache; counts them for FSDP's lock-step."""
+
+    def __init__(self, model: torch.nn.Module, pad_token_id: int, synced: bool) -> None:
+        self.model, self.pad_token_id, self.synced = model, pad_token_id, synced
+        self.device = next(model.parameters()).device
+        params = inspect.signature(type(model).forward).parameters
+        # Only the last position's logits are needed after prefill (most HF models
+        # take logits_to_keep; the rest compute them all, which is just slower).
+        self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor):
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+            **self.keep_last,
+        )
+        cache = out.past_key_values
+        if not all(hasattr(cache, m) for m in ("batch_repeat_interleave", "batch_select_indices")):
+            raise TypeError(
+                f"{type(self.model).__name__} returned a {type(cache).__name__} KV cache, which "
+                f"cannot be repeated or subset per row; use the hf engine's "
+                f"decode_loop='generate' (RolloutConfig.engine_options)"
+            )
+        return out.logits[:, -1], cache
+
+    def decode(self, tokens, mask, positions, cache):
+        out = self.model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=positions[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        return out.logits[:, -1]
+
+    def dummy(self) -> None:
+        """A one-token pass that joins FSDP's all-gathers and changes nothing."""
+        ids = torch.full((1, 1), self.pad_token_id, dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, use_cache=False, **self.keep_last)
+
+    def anyone_active(self, active: bool) -> bool:
+        if not self.synced:
+            return active
+        from rlkit.trainer.collectives import same_everywhere
+
+        return same_everywhere(int(active), "max") == 1
+
+
+@torch.no_grad()
+def decode(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    *,
+    n: int,
+    max_new_tokens: int,
+    pad_token_id: int,
+    stop_token_ids: Sequence[int],
+    warp: Warp | None,
+    greedy: bool = False,
+    synced: bool = False,
+) -> DecodeResult:
+    """Sample ``n`` responses to each prompt (rows grouped by prompt, as the engine returns).
+
+    Args:
+        model: a Hugging Face causal LM in eval mode whose cache supports
+            ``batch_repeat_interleave`` / ``batch_select_indices`` (``DynamicCache``).
+        prompts: token ids of the distinct prompts; may be empty (then only the FSDP
+            dummy passes run, when ``synced``).
+        n: responses per prompt.
+        max_new_tokens: the most tokens generated per response (stop token included).
+        pad_token_id: left padding of prompts.
+        stop_token_ids: ids that end a response (kept in it, reason ``"stop"``).
+        warp: maps float32 logits to the sampling distribution's scores (temperature,
+            top-k, top-p); ``None`` samples from the raw logits.
+        greedy: take the argmax instead of sampling (log-probs still recorded).
+        synced: keep every process of the FSDP group stepping until all are done.
+
+    Returns:
+        A :class:`DecodeResult` of ``len(prompts) * n`` rows.
+    """
+    step = _Stepper(model, pad_token_id, synced)
+    rows = len(prompts) * n
+    if prompts:
+        ids, mask = _left_padded(prompts, pad_token_id)
+    else:  # nothing to generate, but the prefill still joins FSDP's all-gathers
+        ids = torch.full((1, 1), pad_token_id, dtype=torch.long)
+        mask = torch.ones_like(ids)
+    logits, cache = step.prefill(ids, mask)
+    if n > 1 and prompts:
+        cache.batch_repeat_interleave(n)
+        logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+    mask = mask.to(step.device)
+    positions = mask.sum(-1)  # the next token's position: the prompts' real lengths
+    stops = torch.tensor(sorted(set(stop_token_ids)), dtype=torch.long, device=step.device)
+    tokens = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=step.device)
+    log_probs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=step.device)
+    lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=step.device)
+    stopped_rows = torch.zeros((rows,), dtype=torch.bool, device=step.device)
+    live = torch.arange(rows, device=step.device)  # the original row of each cache row
+    for t in range(max_new_tokens):
+        if len(live):
+            scores = logits.float()
+            logp = torch.log_softmax(warp(scores) if warp is not None else scores, dim=-1)
+            nxt = logp.argmax(-1) if greedy else sample_categorical(logp)
+            tokens[live, t] = nxt
+            log_probs[live, t] = logp.gather(-1, nxt[:, None]).squeeze(-1)
+            stopped = torch.isin(nxt, stops)
+            lengths[live[stopped]] = t + 1
+            stopped_rows[live[stopped]] = True
+            if bool(stopped.any()):
+                keep = (~stopped).nonzero().squeeze(-1)
+                live, nxt, mask, positions = live[keep], nxt[keep], mask[keep], positions[keep]
+                if len(keep):
+                    cache.batch_select_indices(keep)
+        # The same test on every process, so all of them leave the loop together.
+        if t == max_new_tokens - 1 or not step.anyone_active(len(live) > 0):
+            break
+        if len(live):
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+            logits = step.decode(nxt, mask, positions, cache)
+            positions = positions + 1
+        else:
+            step.dummy()
+    tokens, log_probs, lengths = tokens.cpu(), log_probs.cpu(), lengths.tolist()
+    return DecodeResult(
+        [tokens[r, : lengths[r]].tolist() for r in range(rows)],
+        [log_probs[r, : lengths[r]].tolist() for r in range(rows)],
+        ["stop" if s else "length" for s in stopped_rows.tolist()],
+    )
