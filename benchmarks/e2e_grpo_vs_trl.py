@@ -93,6 +93,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="use this model directory as is (default: build one under runs/benchmarks/)",
     )
+    p.add_argument(
+        "--rlkit-decode-loop",
+        choices=("rlkit", "generate"),
+        default="rlkit",
+        help="rlkit's HF engine decode loop ('generate' = transformers' generate, as TRL)",
+    )
     p.add_argument("--frameworks", default="rlkit,trl", help="comma-separated subset")
     p.add_argument("--profile", action="store_true", help="also print each worker's cProfile")
     p.add_argument("--keep-dir", default=None, help="keep worker outputs and logs here")
@@ -220,7 +226,7 @@ def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
         f"GRPO on CPU: {workload.prompts_per_step} prompts x {workload.group_size} completions "
         f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
         f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
-        f"{workload.threads}",
+        f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}",
         "",
         "| framework | " + " | ".join(c[1] for c in COLUMNS) + " | steps | tokens/step |",
         "|---|" + "---:|" * (len(COLUMNS) + 2),
@@ -341,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr,
         seed=args.seed,
         threads=args.threads,
+        rlkit_decode_loop=args.rlkit_decode_loop,
     )
     if args.keep_dir:
         work_dir = Path(args.keep_dir)

@@ -49,6 +49,8 @@ class Workload:
     seed: int = 0
     threads: int = 1
     """torch intra-op threads in each worker."""
+    rlkit_decode_loop: str = "rlkit"
+    """rlkit's HF engine decode loop: ``"rlkit"`` (its own) or ``"generate"`` (as TRL)."""
 
     def __post_init__(self) -> None:
         rows = self.prompts_per_step * self.group_size
@@ -195,7 +197,11 @@ def rlkit_config(w: Workload, out_dir: str | Path):
         ),
         rollout=RolloutConfig(
             engine="hf",
-            engine_options={"generation_batch_size": w.rows_per_step},  # one generate call
+            # One decode call for the whole step, as TRL's one generate call.
+            engine_options={
+                "generation_batch_size": w.rows_per_step,
+                "decode_loop": w.rlkit_decode_loop,
+            },
             n=w.group_size,
             max_response_length=w.max_completion_length,
             temperature=1.0,

@@ -1,20 +1,24 @@
 """Peak memory of the HF rollout engine vs ``generate(output_scores=True)``, by response length.
 
-Both generate the same rows with the same random Qwen2 (vocabulary 49,152, as
+All variants generate the same rows with the same random Qwen2 (vocabulary 49,152, as
 SmolLM2's; EOS is never sampled on purpose, so every row runs to
 ``max_new_tokens``) and return each sampled token's log-prob:
 
-* ``rlkit``: ``ROLLOUT_ENGINES.get("hf")``, which gathers the log-probs step by step
-  (``SampledTokenLogProbs``): one (rows x vocabulary) tensor at a time.
-* ``output_scores``: the common recipe (and rlkit's engine before this change):
+* ``rlkit loop``: ``ROLLOUT_ENGINES.get("hf")`` with its default decode loop
+  (:mod:`rlkit.rollout.kv_decode`): one (rows x vocabulary) tensor at a time.
+* ``generate loop``: the same engine with ``decode_loop="generate"``, which gathers the
+  log-probs step by step inside ``generate`` (``SampledTokenLogProbs``).
+* ``output_scores``: the common recipe (and rlkit's engine before session 2):
   ``generate(output_scores=True, return_dict_in_generate=True)``, stack the scores,
   ``log_softmax``, gather; it holds (rows x steps x vocabulary) floats.
 
 Each variant and length runs in a fresh subprocess; its peak is the growth of the
 process's peak resident set over its resident set just before generating (model
-loaded). The table prints both peaks and their ratio for each length, and the
-difference of the two variants' summed log-probs: both seed torch alike and sample
-the same tokens, so it is ~0 when the step-by-step log-probs are right.
+loaded). The table prints the peaks, the rlkit loop / output_scores ratio, and the
+difference of the generate loop's and output_scores' summed log-probs: both call
+``generate`` with the same seed and sample the same tokens, so it is ~0 when the
+step-by-step log-probs are right. (The rlkit loop samples differently; its log-probs
+are checked against teacher forcing in ``tests/test_kv_decode.py``.)
 
     .venv/bin/python benchmarks/hf_engine_memory.py
     .venv/bin/python benchmarks/hf_engine_memory.py --rows 4 --lengths 16 32   # a quick look
@@ -66,15 +70,20 @@ class _Weights:
         yield self.model, {"suppress_tokens": [EOS]}
 
 
-def run_rlkit(model: torch.nn.Module, prompts: list[list[int]], length: int) -> float:
+def run_engine(
+    model: torch.nn.Module, prompts: list[list[int]], length: int, decode_loop: str
+) -> float:
     from rlkit.registry import ROLLOUT_ENGINES
     from rlkit.rollout.base import SamplingParams
 
     class Tokenizer:
-        eos_token_id = EOS
+        # generate suppresses EOS (_Weights' extra); the rlkit loop is given no stop id.
+        eos_token_id = EOS if decode_loop == "generate" else None
         pad_token_id = 0
 
-    engine = ROLLOUT_ENGINES.get("hf")(tokenizer=Tokenizer(), weights=_Weights(model))
+    engine = ROLLOUT_ENGINES.get("hf")(
+        tokenizer=Tokenizer(), weights=_Weights(model), decode_loop=decode_loop
+    )
     out = engine.generate(prompts, SamplingParams(max_new_tokens=length, temperature=1.0))
     assert all(len(r) == length for r in out.response_ids), "a row stopped early"
     return float(sum(sum(lp) for lp in out.rollout_log_probs))
@@ -106,17 +115,27 @@ def run_output_scores(model: torch.nn.Module, prompts: list[list[int]], length: 
     return float(logprobs.sum())
 
 
+RUNNERS = {
+    "rlkit": lambda model, prompts, length: run_engine(model, prompts, length, "rlkit"),
+    "generate": lambda model, prompts, length: run_engine(model, prompts, length, "generate"),
+    "output_scores": run_output_scores,
+}
+
+
 def _worker(args: argparse.Namespace) -> None:
     from rlkit.device.host_memory import peak_rss_bytes, process_rss_bytes
 
     torch.set_num_threads(1)
     model = build_model()
     prompts = [[1 + (i * 7 + j) % 1000 for j in range(8)] for i in range(args.rows)]
-    run = run_rlkit if args.worker == "rlkit" else run_output_scores
+    run = RUNNERS[args.worker]
     run(model, prompts, 2)  # warm up allocator and code paths
     base = process_rss_bytes()
     checksum = run(model, prompts, args.length)
-    print(json.dumps({"peak": peak_rss_bytes() - base, "checksum": checksum}))
+    # ru_maxrss is a high-water mark updated lazily: never below the RSS read just now or
+    # before generating, so a growth below its resolution reads 0, not a negative number.
+    peak = max(peak_rss_bytes(), process_rss_bytes(), base)
+    print(json.dumps({"peak": peak - base, "checksum": checksum}))
 
 
 def _measure(variant: str, rows: int, length: int) -> tuple[float, float]:
@@ -141,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
-    parser.add_argument("--worker", choices=("rlkit", "output_scores"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=tuple(RUNNERS), help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -150,16 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rows = {args.rows}, vocabulary = {VOCAB}, float32; peak RSS growth while generating")
     print()
     print(
-        "| max_new_tokens | rlkit hf engine (MiB) | output_scores (MiB) "
-        "| rlkit / output_scores | summed log-prob difference |"
+        "| max_new_tokens | rlkit loop (MiB) | generate loop (MiB) | output_scores (MiB) "
+        "| rlkit loop / output_scores | generate loop vs output_scores summed log-prob diff |"
     )
-    print("|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|")
     for length in args.lengths:
-        ours, our_sum = _measure("rlkit", args.rows, length)
+        ours, _ = _measure("rlkit", args.rows, length)
+        loop, loop_sum = _measure("generate", args.rows, length)
         theirs, their_sum = _measure("output_scores", args.rows, length)
         ratio = ours / max(theirs, 1e-9)
-        diff = abs(our_sum - their_sum)
-        print(f"| {length} | {ours:.1f} | {theirs:.1f} | {ratio:.3f} | {diff:.2e} |")
+        diff = abs(loop_sum - their_sum)
+        print(f"| {length} | {ours:.1f} | {loop:.1f} | {theirs:.1f} | {ratio:.3f} | {diff:.2e} |")
     return 0
 
 

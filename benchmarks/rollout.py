@@ -1,10 +1,12 @@
-"""Rollout throughput, HF engine vs SGLang engine, and SGLang weight-sync time.
+"""Rollout throughput, HF engine (both decode loops) vs SGLang engine, and SGLang weight-sync time.
 
 Both engines generate from the same locally built random Qwen2 (no hub access), the
 same prompts and the same sampling settings; tokens/s counts the response tokens
 actually generated (a response may stop early at EOS). "concurrency" is the number
 of sequences in flight: the HF engine's ``generation_batch_size`` and the SGLang
-engine's ``max_concurrency`` (one request per sequence, ``n = 1``).
+engine's ``max_concurrency`` (one request per sequence, ``n = 1``). The HF engine runs
+with its default decode loop (``rlkit``: finished rows leave the batch) and with
+``decode_loop="generate"`` (``transformers``' ``generate``).
 
     .venv/bin/python benchmarks/rollout.py                      # CPU: tiny model, 1 server
     .venv/bin/python benchmarks/rollout.py --hidden-size 256 --layers 4 --new-tokens 128
@@ -124,14 +126,19 @@ def main() -> None:
             for c in conc:
                 sglang.max_concurrency = c
                 sg = tokens_per_s(sglang, ps, params)
-                hf = float("nan")
+                hf = {loop: float("nan") for loop in ("rlkit", "generate")}
                 if not args.skip_hf:
                     from rlkit.rollout.hf_engine import HFEngine
 
-                    hf_engine = HFEngine(
-                        weights, pad_token_id=0, eos_token_ids=[2], generation_batch_size=c
-                    )
-                    hf = tokens_per_s(hf_engine, ps, params)
+                    for loop in hf:
+                        hf_engine = HFEngine(
+                            weights,
+                            pad_token_id=0,
+                            eos_token_ids=[2],
+                            generation_batch_size=c,
+                            decode_loop=loop,
+                        )
+                        hf[loop] = tokens_per_s(hf_engine, ps, params)
                 rows.append((c, hf, sg))
             sync_rows = []
             for mode in args.modes.split(","):
@@ -152,10 +159,17 @@ def main() -> None:
         f"({args.dtype}, {args.device}); {args.prompts} prompts x {args.prompt_length} tokens, "
         f"{args.new_tokens} new tokens, temperature {args.temperature}\n"
     )
-    print("| concurrent sequences | HF engine tokens/s | SGLang engine tokens/s | SGLang / HF |")
-    print("|---:|---:|---:|---:|")
+    print(
+        "| concurrent sequences | HF engine, rlkit loop tokens/s | HF engine, generate loop "
+        "tokens/s | SGLang engine tokens/s | rlkit loop / generate loop | SGLang / rlkit loop |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
     for c, hf, sg in rows:
-        print(f"| {c} | {hf:,.0f} | {sg:,.0f} | {sg / hf:.1f}x |")
+        ours, theirs = hf["rlkit"], hf["generate"]
+        print(
+            f"| {c} | {ours:,.0f} | {theirs:,.0f} | {sg:,.0f} | {ours / theirs:.2f}x "
+            f"| {sg / ours:.2f}x |"
+        )
     print("\n| weight sync mode | median time (s) | max abs log-prob diff after sync |")
     print("|---|---:|---:|")
     for mode, t, diff in sync_rows:

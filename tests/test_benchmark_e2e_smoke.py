@@ -54,3 +54,19 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
         # 4 completions of 1..3 generated tokens after prompts "a+b=" of 4..6 byte tokens:
         # between 4 x (4 + 1) = 20 and 4 x (6 + 3) = 36 tokens per step.
         assert 20 <= tokens_per_step <= 36, (name, tokens_per_step)
+
+
+def test_rlkit_alone_with_the_generate_decode_loop(tmp_path, capsys):
+    # The ablation switch: rlkit's engine on transformers' generate, no TRL run.
+    benchmark = load_benchmark()
+    model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
+    argv = ["--rounds", "1", "--steps", "2", "--warmup", "1", "--prompts-per-step", "2"]
+    argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
+    argv += ["--num-prompts", "4", "--model-dir", model, "--frameworks", "rlkit"]
+    assert benchmark.main(argv + ["--rlkit-decode-loop", "generate"]) == 0
+    out = capsys.readouterr().out
+    assert "rlkit decode loop 'generate'" in out
+    rows = table_rows(out)
+    assert "TRL" not in rows and "rlkit / TRL" not in rows
+    values = [float(c.replace(",", "")) for c in rows["rlkit"][:4]]
+    assert all(math.isfinite(v) and v > 0 for v in values), rows["rlkit"]

@@ -16,13 +16,13 @@ def load_benchmark():
 
 
 def test_step_by_step_log_probs_equal_the_output_scores_recipe(capsys):
-    # Both variants seed torch alike and sample the same tokens; the engine's
-    # step-by-step log-probs must sum to what stacking generate's scores gives.
+    # The generate loop and the output_scores recipe seed torch alike and sample the same
+    # tokens; the engine's step-by-step log-probs must sum to what stacking the scores gives.
     benchmark = load_benchmark()
     assert benchmark.main(["--rows", "2", "--lengths", "3", "9"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["3", "9"]
     for row in rows:
         cells = [float(c) for c in row.split("|")[2:-1]]
-        assert all(c >= 0 for c in cells[:2]), row
-        assert cells[3] < 1e-3, row  # summed log-prob difference
+        assert all(c >= 0 for c in cells[:3]), row  # the three peaks
+        assert cells[4] < 1e-3, row  # summed log-prob difference
