@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.rollout import kv_decode
 from rlkit.rollout.kv_decode import decode, sample_categorical
 
 
@@ -22,7 +23,9 @@ def _teacher_forced(model, prompt, response):
     return torch.log_softmax(rows, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
 
 
-def test_sample_categorical_draws_each_index_with_its_probability():
+@pytest.mark.parametrize("budget", [1 << 23, 12])  # one chunk; 3 rows per chunk
+def test_sample_categorical_draws_each_index_with_its_probability(monkeypatch, budget):
+    monkeypatch.setattr(kv_decode, "CDF_BUDGET", budget)
     torch.manual_seed(0)
     probs = torch.tensor([0.5, 0.25, 0.0, 0.25])
     draws = sample_categorical(probs.log().expand(40_000, 4))

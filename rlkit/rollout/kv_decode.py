@@ -39,21 +39,31 @@ class DecodeResult:
     finish_reasons: list[str]
 
 
-def sample_categorical(log_probs: torch.Tensor, generator: torch.Generator | None = None):
+CDF_BUDGET = 1 << 23
+"""float64 entries per inverse-CDF chunk (64 MiB): 55 rows at a 152k vocabulary."""
+
+
+def sample_categorical(
+    log_probs: torch.Tensor, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """One index per row drawn from ``softmax`` weights ``exp(log_probs)``: (rows,) long.
 
     Inverse-CDF: ``u ~ U[0, total)`` per row, the first index whose cumulative mass
     exceeds ``u``. The cumulative sum is float64, so a vocabulary of 10^5 entries loses
-    no mass to rounding. An entry of probability 0 (``-inf``) is never drawn: its
-    cumulative mass equals its predecessor's, so it is never the first to exceed ``u``,
-    and scaling ``u`` by the row's total keeps ``u`` below the last positive entry's sum.
+    no mass to rounding; rows go in chunks of at most :data:`CDF_BUDGET` entries. An
+    entry of probability 0 (``-inf``) is never drawn: its cumulative mass equals its
+    predecessor's, so it is never the first to exceed ``u``, and scaling ``u`` by the
+    row's total keeps ``u`` below the last positive entry's sum.
     """
-    cdf = log_probs.double().exp().cumsum(-1)
-    u = (
-        torch.rand((cdf.shape[0], 1), generator=generator, device=cdf.device, dtype=torch.float64)
-        * cdf[:, -1:]
-    )
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    rows, vocab = log_probs.shape
+    u = torch.rand((rows, 1), generator=generator, device=log_probs.device, dtype=torch.float64)
+    out = torch.empty(rows, dtype=torch.long, device=log_probs.device)
+    step = max(1, CDF_BUDGET // max(vocab, 1))
+    for start in range(0, rows, step):
+        cdf = log_probs[start : start + step].double().exp_().cumsum_(-1)
+        picked = torch.searchsorted(cdf, u[start : start + step] * cdf[:, -1:], right=True)
+        out[start : start + step] = picked.squeeze(-1).clamp_(max=vocab - 1)
+    return out
 
 
 def _left_padded(prompts: Sequence[Sequence[int]], pad_token_id: int):
