@@ -126,6 +126,8 @@ class HFEngine(RolloutEngine):
         pad_token_id: id used to left-pad prompts (the tokenizer's pad id).
         eos_token_ids: ids that end a response (the tokenizer's EOS at least).
         generation_batch_size: sequences per decode call (prompts x n); bounds memory.
+            The rlkit loop takes whole prompt groups: ``generation_batch_size // n``
+            prompts per call, at least one.
         decode_loop: ``"rlkit"`` (shared prefill, finished rows dropped) or
             ``"generate"`` (``transformers``' ``generate``).
     """
