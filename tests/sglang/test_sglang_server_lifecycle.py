@@ -22,8 +22,12 @@ FAKE = Path(__file__).with_name("fake_server_tree.py")
 REPO = Path(__file__).resolve().parents[2]
 
 TRAINER = """
-import json, sys, time
+import json, signal, sys, time
 import psutil
+# A process started in the background by a non-interactive shell inherits SIGINT ignored,
+# and Python then keeps ignoring it; a trainer at a terminal gets Ctrl-C as
+# KeyboardInterrupt, which is what the "sigint" case is about.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from rlkit.rollout.sglang.server import SGLangServer, ServerConfig
 
 server = SGLangServer(
