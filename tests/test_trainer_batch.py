@@ -1,5 +1,6 @@
 """Padding rollouts into tensors, balancing rows over processes, micro-batch splits."""
 
+import pytest
 import torch
 
 from rlkit.rollout.base import RolloutBatch
@@ -93,6 +94,13 @@ def test_trimmed_drops_only_columns_that_are_padding_in_every_row():
     both = b.trimmed()
     assert both.prompt_width == 2 and both["input_ids"].shape == (2, 5)
     assert both["input_ids"].tolist() == [[5, 6, 8, 9, 2], [0, 7, 10, 0, 0]]
+
+
+def test_trimmed_refuses_a_2d_tensor_that_is_not_per_response_token():
+    b = build_batch(_rollout(), pad_token_id=0, response_width=4)
+    b["prompt_only"] = torch.ones(2, 2)  # (B, P): neither (B, T) nor a sequence tensor
+    with pytest.raises(ValueError, match=r"'prompt_only' is \(1, 2\).*\(B, T=4\)"):
+        b.select([1]).trimmed()
 
 
 def test_length_sorted_split_groups_rows_of_similar_length():

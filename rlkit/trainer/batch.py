@@ -15,6 +15,9 @@ import torch
 
 from rlkit.rollout.base import RolloutBatch
 
+SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")
+"""The (B, P + T) tensors: prompt and response; every other 2-D tensor is (B, T)."""
+
 
 @dataclass
 class Batch:
@@ -68,10 +71,14 @@ class Batch:
             return self
         tensors = {}
         for key, value in self.tensors.items():
-            width = value.shape[1] if value.dim() > 1 else None
-            if width == p + t:
+            if key in SEQUENCE_KEYS:
                 value = value[:, p - keep_p : p + keep_t]
-            elif width == t:
+            elif value.dim() > 1:
+                if value.shape[1] != t:
+                    raise ValueError(
+                        f"Batch.trimmed: {key!r} is {tuple(value.shape)}; a 2-D tensor other "
+                        f"than {SEQUENCE_KEYS} must be per response token, (B, T={t})"
+                    )
                 value = value[:, :keep_t]
             tensors[key] = value
         return Batch(tensors, keep_p, self.meta)
