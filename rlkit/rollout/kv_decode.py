@@ -77,7 +77,7 @@ def _left_padded(prompts: Sequence[Sequence[int]], pad_token_id: int):
 
 
 class _Stepper:
-    """Forward passes of ``model`` with its cache; counts them for FSDP's lock-step."""
+    """Forward passes of ``model`` over its KV cache, and the FSDP lock-step vote."""
 
     def __init__(self, model: torch.nn.Module, pad_token_id: int, synced: bool) -> None:
         self.model, self.pad_token_id, self.synced = model, pad_token_id, synced
