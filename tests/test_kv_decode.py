@@ -8,19 +8,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.rollout import kv_decode
 from rlkit.rollout.kv_decode import decode, sample_categorical
+from tests.test_hf_engine import _reference_logprobs
 
 
 @pytest.fixture(scope="module")
 def model_and_tok(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     return model, AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-def _teacher_forced(model, prompt, response):
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + response])).logits[0]
-    rows = logits[len(prompt) - 1 : len(prompt) - 1 + len(response)]
-    return torch.log_softmax(rows, -1).gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
 
 
 @pytest.mark.parametrize("budget", [1 << 23, 12])  # one chunk; 3 rows per chunk
@@ -80,7 +74,7 @@ def test_rows_that_stop_leave_the_batch_and_the_rest_keep_exact_logprobs(model_a
     ):
         assert reason == ("stop" if resp[-1] in stops else "length")
         assert all(t not in stops for t in resp[:-1])  # nothing generated after a stop
-        ref = _teacher_forced(model, prompts[row // 6], resp)
+        ref = _reference_logprobs(model, prompts[row // 6], resp, temperature=1.0)
         torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
 
 
