@@ -4,8 +4,9 @@ controllers, loss aggregation, value loss, entropy and rollout IS correction.
 Everything is a pure function over tensors registered by name in
 ``rlkit.registry`` (``POLICY_LOSSES``, ``KL_PENALTIES``, ``AGGREGATIONS``,
 ``VALUE_LOSSES``, ``ENTROPIES``, ``ROLLOUT_CORRECTIONS``); importing this
-package registers the built-ins. Formulas and the peers' quirks:
-``/work/shared/reference/algorithms.md``; each module's docstring states its own.
+package registers the built-ins. Each module's docstring states its formula;
+``docs/algorithms.md`` shows how the presets combine them and ``docs/differences.md``
+where they differ from verl, TRL and OpenRLHF.
 """
 
 from collections.abc import Callable

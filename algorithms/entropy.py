@@ -10,6 +10,10 @@ logsumexp form verl uses), made safe for degenerate logits:
 * huge finite logits are fine: the maximum is subtracted first.
 
 ``+inf`` and NaN logits are not valid inputs (they give NaN).
+
+This is the plain reference for the fused, chunked entropy the actor computes
+from hidden states (:func:`rlkit.ops.token_logprobs_and_entropy`), which never
+materialises the logits; the tests check that the two agree.
 """
 
 from __future__ import annotations
@@ -17,10 +21,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from rlkit.registry import ENTROPIES
 
-
-@ENTROPIES.register("from_logits")
 def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy of softmax(logits) over the last dimension.
 

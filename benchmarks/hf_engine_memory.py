@@ -8,7 +8,7 @@ SmolLM2's; EOS is never sampled on purpose, so every row runs to
   (:mod:`rlkit.rollout.kv_decode`): one (rows x vocabulary) tensor at a time.
 * ``generate loop``: the same engine with ``decode_loop="generate"``, which gathers the
   log-probs step by step inside ``generate`` (``SampledTokenLogProbs``).
-* ``output_scores``: the common recipe (and rlkit's engine before session 2):
+* ``output_scores``: the common recipe:
   ``generate(output_scores=True, return_dict_in_generate=True)``, stack the scores,
   ``log_softmax``, gather; it holds (rows x steps x vocabulary) floats.
 

@@ -14,7 +14,7 @@ the time reported is the fastest run of each variant.
     .venv/bin/python benchmarks/logprobs.py                     # the full size
     .venv/bin/python benchmarks/logprobs.py --tokens 512 --rounds 1   # a quick look
 
-Target (issue): peak memory <= 1/8 of naive at <= 1.3x naive time.
+Target: peak memory <= 1/8 of naive at <= 1.3x naive time.
 """
 
 from __future__ import annotations

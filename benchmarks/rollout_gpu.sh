@@ -3,7 +3,7 @@
 #
 # Needs an environment with SGLang's normal CUDA install (pip install "sglang==0.5.23",
 # which brings its CUDA torch, sgl_kernel and flashinfer) plus rlkit (pip install -e .).
-# The CPU recipe (scripts/install_sglang.sh) is NOT for this machine. No network is needed:
+# The CPU recipe (scripts/install_sglang.sh) is NOT for a GPU machine. No network is needed:
 # the model is a random Qwen2 built locally (~0.5B parameters at the default size).
 #
 #   bash benchmarks/rollout_gpu.sh                 # ~5 minutes on one H100/H200

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from rewards import answer_format, exact_match, gsm8k, length_penalty, math_answer, overlong  # noqa: F401
 from rewards.batch_scoring import BatchScores, score_batch
 from rewards.composition import combined, compose
+from rewards.context import RewardContext
 from rewards.overlong import overlong_buffer_penalty, overlong_penalty
 from rlkit.registry import REWARDS
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "REWARDS",
     "BatchScores",
+    "RewardContext",
     "RewardModel",
     "combined",
     "compose",

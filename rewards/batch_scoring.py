@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewards.context import RewardContext, context_kwargs
 from rewards.time_limit import RewardTimeout, call_with_time_limit
 from rewards.worker_pool import CallResult, RewardWorkerPool
 from rlkit.registry import REWARDS
@@ -168,6 +169,7 @@ def score_batch(
     *,
     timeout_s: float | None = 5.0,
     num_workers: int = 0,
+    contexts: Sequence[RewardContext] | None = None,
 ) -> BatchScores:
     """Score ``responses`` against ``ground_truths`` with one reward.
 
@@ -179,6 +181,9 @@ def score_batch(
         ground_truths: the reference answers, length B.
         extras: per-row keyword arguments for the reward (length B), e.g.
             ``{"response_length": 812}`` for length shaping; ``None`` for none.
+        contexts: per-row :class:`~rewards.context.RewardContext` (length B); the
+            reward receives the fields its signature names (``prompt``, ``messages``,
+            ``conversation``, ``extra_info``, ``context``), see :mod:`rewards.context`.
         timeout_s: time limit of each call in seconds; ``None`` for none.
         num_workers: ``0`` scores in this process, each call limited by
             ``SIGALRM`` (interrupts Python code, not one long C call; main
@@ -199,7 +204,12 @@ def score_batch(
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     fn = _resolve(reward)
-    calls = list(zip(responses, ground_truths, _check_inputs(responses, ground_truths, extras)))
+    rows = _check_inputs(responses, ground_truths, extras)
+    if contexts is not None:
+        if len(contexts) != len(rows):
+            raise ValueError(f"{len(contexts)} contexts for {len(rows)} responses; pass one each")
+        rows = [{**extra, **context_kwargs(fn, c)} for extra, c in zip(rows, contexts)]
+    calls = list(zip(responses, ground_truths, rows))
     if num_workers == 0 or not calls:
         results = _score_inline(fn, calls, timeout_s)
     else:

@@ -15,7 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlkit.train:main", "train from a gin experiment: rlkit train CONFIG.gin"),
     "eval": ("rlkit.evaluation.harness:main", "evaluate a model on gsm8k/aime/math500"),
     "sweep": ("rlkit.sweep:main", "run a grid of experiments and tabulate/plot them"),
-    "doctor": ("rlkit.device.doctor:main", "show the platform and the kernel chosen per op"),
+    "doctor": ("rlkit.doctor:main", "show the platform and the kernel chosen per op"),
 }
 
 

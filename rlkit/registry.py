@@ -223,6 +223,11 @@ class Registry(Generic[F]):
             obj = getattr(obj, part)
         if not callable(obj):
             raise UnknownNameError(f"{path!r} is not callable, so it cannot be a {self.kind}")
+        # A function its module registered keeps what it declared there (needs, inputs),
+        # under the name it was asked for.
+        registered = next((e for e in self._entries.values() if _same_function(e.fn, obj)), None)
+        if registered is not None:
+            return Entry(path, obj, (), registered.paper, registered.summary, registered.extra)
         return Entry(path, obj, (), None, _first_doc_line(obj))
 
 
@@ -234,7 +239,6 @@ AGGREGATIONS: Registry[Callable[..., Any]] = Registry(
     "loss aggregation", home="algorithms.aggregation"
 )
 VALUE_LOSSES: Registry[Callable[..., Any]] = Registry("value loss", home="algorithms.value_loss")
-ENTROPIES: Registry[Callable[..., Any]] = Registry("entropy", home="algorithms.entropy")
 ROLLOUT_CORRECTIONS: Registry[Callable[..., Any]] = Registry(
     "rollout correction", home="algorithms.rollout_correction"
 )
@@ -248,7 +252,6 @@ LISTED: dict[str, Registry[Any]] = {
     "kl": KL_PENALTIES,
     "aggregations": AGGREGATIONS,
     "value_losses": VALUE_LOSSES,
-    "entropies": ENTROPIES,
     "rollout_corrections": ROLLOUT_CORRECTIONS,
     "rewards": REWARDS,
     "rollout_engines": ROLLOUT_ENGINES,

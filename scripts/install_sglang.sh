@@ -7,7 +7,7 @@
 # (PyPI's build does not import beside the CPU torch). We keep the environment's
 # torch 2.13.0+cpu, transformers 5.19.0, numpy, accelerate and datasets untouched
 # and add only the CPU-safe runtime modules that `python -m sglang.launch_server`
-# imports, each pinned (found by starting a real server on this CPU machine).
+# imports, each pinned (found by starting a real server on a CPU-only machine).
 #
 # sgl_kernel and torchvision are replaced by import-only stand-ins in
 # tools/sglang_cpu_standins/python. They are NOT installed into site-packages:

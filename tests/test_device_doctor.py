@@ -5,7 +5,7 @@ import pytest
 import rlkit.device
 from rlkit.cli import main as cli_main
 from rlkit.device import CPUPlatform
-from rlkit.device.doctor import main
+from rlkit.doctor import main
 
 
 @pytest.fixture(autouse=True)

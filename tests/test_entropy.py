@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
-from rlkit.registry import ENTROPIES
+from rlkit.ops import token_logprobs_and_entropy
 from tests.reference import loss_loops as loops
 
 INF = math.inf
@@ -46,7 +46,19 @@ def test_float32_extremes_stay_finite():
 def test_shape_is_the_logits_shape_without_the_vocabulary():
     logits = torch.randn(2, 3, 7)
     assert algorithms.entropy_from_logits(logits).shape == (2, 3)
-    assert ENTROPIES.get("from_logits") is algorithms.entropy_from_logits
+
+
+def test_fused_chunked_entropy_equals_the_plain_reference():
+    # The actor's entropy comes from hidden states in chunks, never as (tokens, V) logits;
+    # it must equal entropy_from_logits(hidden @ W.T / tau) on the same inputs.
+    g = torch.Generator().manual_seed(0)
+    hidden, weight = torch.randn(2, 5, 8, generator=g), torch.randn(11, 8, generator=g)
+    tokens = torch.randint(0, 11, (2, 5), generator=g)
+    _, fused = token_logprobs_and_entropy(
+        hidden, weight, tokens, temperature=0.7, chunk_size=3, compute_entropy=True
+    )
+    reference = algorithms.entropy_from_logits((hidden @ weight.T) / 0.7)
+    torch.testing.assert_close(fused.float(), reference, rtol=1e-5, atol=1e-5)
 
 
 logit = st.one_of(st.floats(-30, 30), st.just(-INF))

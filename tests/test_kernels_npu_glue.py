@@ -23,8 +23,8 @@ from transformers.models.qwen2 import modeling_qwen2
 import rlkit.kernels.availability as availability
 from rlkit.device import CPUPlatform
 from rlkit.kernels import apply_kernels, choose
+from rlkit.kernels.naive_logprobs import naive_linear_logprobs
 from rlkit.kernels.rotary import npu_rotary
-from rlkit.ops.naive_logprobs import naive_linear_logprobs
 
 
 class FakeNPU(CPUPlatform):

@@ -174,8 +174,10 @@ def test_gin_binding_of_overrides_is_read_without_a_call():
 
 
 def test_dotted_path_kernel_can_be_forced():
-    choice = choose("logprobs", "cpu", override="rlkit.ops.naive_logprobs:naive_linear_logprobs")
-    assert choice.name == "rlkit.ops.naive_logprobs:naive_linear_logprobs"
+    choice = choose(
+        "logprobs", "cpu", override="rlkit.kernels.naive_logprobs:naive_linear_logprobs"
+    )
+    assert choice.name == "rlkit.kernels.naive_logprobs:naive_linear_logprobs"
 
 
 def test_a_registered_kernel_with_higher_priority_wins_and_is_dispatched():

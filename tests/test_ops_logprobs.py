@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlkit.kernels.naive_logprobs import naive_linear_logprobs
 from rlkit.ops import logprobs_and_entropy_from_logits, token_logprobs_and_entropy
-from rlkit.ops.naive_logprobs import naive_linear_logprobs
 
 
 def _naive(hidden, weight, labels, temperature, bias=None):

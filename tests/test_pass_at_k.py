@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from rlkit.evaluation import mean_and_pass_at_k, pass_at_k
+from rlkit.metrics.pass_at_k import mean_and_pass_at_k, pass_at_k
 
 
 def test_pass_at_k_matches_the_binomial_formula():

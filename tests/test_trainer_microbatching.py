@@ -1,7 +1,7 @@
 """How a mini-batch is cut into micro-batches never changes the update.
 
 Micro-batches are formed from length-sorted rows and trimmed to their own longest
-prompt and response (``Batch.trimmed``); losses are normalised by the whole
+prompt and response (``TrainBatch.trimmed``); losses are normalised by the whole
 mini-batch, so any split gives the same gradient up to float rounding.
 """
 
@@ -22,13 +22,13 @@ def test_trimmed_micro_batch_gives_the_full_width_log_probs_and_gradients(tiny_m
     micro = batch.select([1, 3])  # prompts [11], [14, 15, 16]; responses of 4 and 1 tokens
     trimmed = micro.trimmed()
     # Longest prompt here 3 (of 5), longest response 4 (of 4): two left columns go.
-    assert trimmed.prompt_width == 3 and trimmed["input_ids"].shape == (2, 7)
+    assert trimmed.prompt_width == 3 and trimmed.input_ids.shape == (2, 7)
     outputs = []
     for b in (micro, trimmed):
         torch.manual_seed(0)
         actor = ActorModule(AutoModelForCausalLM.from_pretrained(tiny_model_dir))
-        logp, ent = actor(b.tensors, b.prompt_width, temperature=0.7)
-        mask = b["response_mask"]
+        logp, ent = actor(b.model_inputs(), b.prompt_width, temperature=0.7)
+        mask = b.loss_mask
         (logp * mask).sum().backward()
         grads = {n: p.grad.clone() for n, p in actor.named_parameters() if p.grad is not None}
         outputs.append((logp * mask, ent * mask, grads))

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
 from rlkit.rollout.base import RolloutBatch
+from rlkit.rollout.trajectory import trajectories_from_rollout
 from rlkit.trainer.batch import build_batch
 from rlkit.trainer.modules import ActorModule, CriticModule
 from rlkit.trainer.trainer import RLTrainer
@@ -25,7 +26,15 @@ def ragged_batch():
         finish_reasons=["length"] * 5,
         prompt_index=list(range(5)),
     )
-    return build_batch(rollout, pad_token_id=0, response_width=4)
+    return build_batch(
+        trajectories_from_rollout(rollout, policy_version=0),
+        pad_token_id=0,
+        response_width=4,
+        index=list(range(5)),
+        scores=[0.0] * 5,
+        acc=[0.0] * 5,
+        data_sources=["toy"] * 5,
+    )
 
 
 def _actor_outputs(model_dir, remove_padding: bool):
@@ -34,8 +43,8 @@ def _actor_outputs(model_dir, remove_padding: bool):
         AutoModelForCausalLM.from_pretrained(model_dir), chunk_size=3, remove_padding=remove_padding
     )
     batch = ragged_batch()
-    logp, ent = actor(batch.tensors, batch.prompt_width, temperature=0.7)
-    mask = batch.tensors["response_mask"]
+    logp, ent = actor(batch.model_inputs(), batch.prompt_width, temperature=0.7)
+    mask = batch.loss_mask
     (logp * mask).sum().add((ent * mask).sum()).backward()
     grads = {n: p.grad.clone() for n, p in actor.named_parameters() if p.grad is not None}
     return logp * mask, ent * mask, grads
@@ -56,16 +65,16 @@ def test_packed_rows_do_not_attend_to_each_other(tiny_model_dir):
     actor = ActorModule(AutoModelForCausalLM.from_pretrained(tiny_model_dir), remove_padding=True)
     batch = ragged_batch()
     with torch.no_grad():
-        before, _ = actor(batch.tensors, batch.prompt_width)
-        batch.tensors["input_ids"][0, -4:-1] = torch.tensor([40, 41, 42])  # row 0's response
-        after, _ = actor(batch.tensors, batch.prompt_width)
+        before, _ = actor(batch.model_inputs(), batch.prompt_width)
+        batch.input_ids[0, -4:-1] = torch.tensor([40, 41, 42])  # row 0's response
+        after, _ = actor(batch.model_inputs(), batch.prompt_width)
     torch.testing.assert_close(after[1:], before[1:], rtol=0, atol=1e-6)
     assert not torch.allclose(after[0, 1:3], before[0, 1:3])
 
 
 def test_critic_values_equal_the_padded_forward(tiny_model_dir):
     batch = ragged_batch()
-    mask = batch.tensors["response_mask"]
+    mask = batch.loss_mask
     values = []
     for remove_padding in (False, True):
         critic = CriticModule(
@@ -73,7 +82,7 @@ def test_critic_values_equal_the_padded_forward(tiny_model_dir):
         )
         torch.nn.init.normal_(critic.value_head.weight, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            values.append(critic(batch.tensors, batch.prompt_width) * mask)
+            values.append(critic(batch.model_inputs(), batch.prompt_width) * mask)
     torch.testing.assert_close(values[1], values[0], rtol=1e-5, atol=1e-5)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -253,8 +254,8 @@ def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(
         )
         trainer = RLTrainer(cfg)
         trainer.setup()
-        assert trainer.on_policy
-        trainer.on_policy = not explicit
+        assert not trainer.needs.old_log_probs
+        trainer.algorithm.needs = dataclasses.replace(trainer.needs, old_log_probs=explicit)
         metrics = trainer.step()
         params = {k: v.detach().clone() for k, v in trainer.actor.state_dict().items()}
         trainer.cleanup()

@@ -1,11 +1,11 @@
 """The trainer's reward call passes each response's token count to the reward."""
 
-from types import SimpleNamespace
-
 import pytest
 from transformers import AutoTokenizer
 
 from rlkit.rollout.base import RolloutBatch
+from rlkit.rollout.trajectory import trajectories_from_rollout
+from rlkit.trainer.prompts import PromptSet
 from rlkit.trainer.scoring import score_rollout
 from tests.experiment_factory import small_experiment
 
@@ -34,8 +34,11 @@ def test_length_shaping_rewards_see_the_response_token_count(
         finish_reasons=["length", "length", "stop"],
         prompt_index=[0, 0, 1],
     )
-    prompts = SimpleNamespace(ground_truths=["no", "no"], data_sources=["arithmetic"] * 2)
-    scored = score_rollout(rollout, prompts, tok, cfg, groups=[0, 0, 1])
+    prompts = PromptSet(
+        token_ids=[[5], [6]], ground_truths=["no", "no"], data_sources=["arithmetic"] * 2
+    )
+    trajectories = trajectories_from_rollout(rollout, policy_version=0)
+    scored = score_rollout(trajectories, prompts, tok, cfg, groups=[0, 0, 1])
     # -L / Lmax with Lmax = 4, clipped at -1 (exact match adds 0: "no" is never the answer):
     # 1 token -> -0.25, 3 tokens -> -0.75, 5 tokens -> -1.
     assert scored.scores == [-0.25, -0.75, -1.0]

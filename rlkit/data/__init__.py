@@ -1,7 +1,8 @@
 """Prompt data: load prompt datasets into rlkit's schema, render them, name the shared sets.
 
 - :func:`load_prompt_dataset` / :func:`write_parquet`: JSON Lines, Parquet or hub
-  datasets to ``id``, ``prompt`` (chat messages), ``ground_truth``, ``data_source``;
+  datasets to ``id``, ``prompt`` (chat messages), ``ground_truth``, ``data_source``,
+  ``extra_info``;
 - :func:`render_prompt`: messages to model text (chat template or plain);
 - :data:`SHARED_DATASETS` / :func:`shared_dataset_path` / :func:`load_shared_dataset`:
   GSM8K, AIME 2024/2025 and MATH-500 from the shared data folder, with their rewards.
@@ -16,7 +17,13 @@ from rlkit.data.prompt_dataset import (
     load_report,
     write_parquet,
 )
-from rlkit.data.prompt_schema import COLUMNS, FEATURES, build_messages
+from rlkit.data.prompt_schema import (
+    COLUMNS,
+    FEATURES,
+    build_messages,
+    decode_extra_info,
+    encode_extra_info,
+)
 from rlkit.data.shared_datasets import (
     SHARED_DATASETS,
     SharedDataset,
@@ -38,6 +45,8 @@ __all__ = [
     "SharedDataset",
     "UnknownSharedDatasetError",
     "build_messages",
+    "decode_extra_info",
+    "encode_extra_info",
     "load_prompt_dataset",
     "load_report",
     "load_shared_dataset",

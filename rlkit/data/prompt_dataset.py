@@ -26,7 +26,14 @@ from typing import Any
 
 import datasets
 
-from rlkit.data.prompt_schema import COLUMNS, FEATURES, build_messages, message_problem
+from rlkit.data.prompt_schema import (
+    COLUMNS,
+    FEATURES,
+    build_messages,
+    decode_extra_info,
+    encode_extra_info,
+    message_problem,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -175,13 +182,21 @@ def _standard_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
         raise _RowProblem(problem)
     if not isinstance(truth, str) or not truth.strip():
         raise _RowProblem(f"ground_truth must be a non-empty string, got {truth!r:.40}")
-    extra = row.get("extra_info") if isinstance(row.get("extra_info"), Mapping) else {}
+    extra = _extra_info(row)
     return {
         "id": row.get("id", extra.get("index")),
         "prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
         "ground_truth": truth.strip(),
         "data_source": row.get("data_source"),
+        "extra_info": encode_extra_info(extra),
     }
+
+
+def _extra_info(row: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        return decode_extra_info(row.get("extra_info"))
+    except ValueError as exc:
+        raise _RowProblem(str(exc)) from None
 
 
 def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
@@ -196,6 +211,7 @@ def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict
             "prompt": build_messages(question, **options),
             "ground_truth": answer.strip(),
             "data_source": None,
+            "extra_info": encode_extra_info(_extra_info(row)),
         }
     if example["id"] is not None and not isinstance(example["id"], str | int):
         raise _RowProblem(f"id is {type(example['id']).__name__}, expected a string or integer")
@@ -251,7 +267,8 @@ def load_prompt_dataset(
     system_prompt: str | None = None,
     on_error: str = "raise",
 ) -> datasets.Dataset:
-    """Load prompts into rlkit's schema (``id``, ``prompt``, ``ground_truth``, ``data_source``).
+    """Load prompts into rlkit's schema (``id``, ``prompt``, ``ground_truth``, ``data_source``,
+    ``extra_info``: the row's own ``extra_info`` object, as verl's files carry it).
 
     Args:
         path_or_name: a JSON Lines or Parquet file, a folder with
@@ -271,7 +288,7 @@ def load_prompt_dataset(
             (the count and reasons are in :func:`load_report`).
 
     Returns:
-        A ``datasets.Dataset`` with the four schema columns, rows in file order.
+        A ``datasets.Dataset`` with the schema columns, rows in file order.
 
     Raises:
         PromptDataError: a malformed row (``on_error="raise"``), an unsupported

@@ -7,11 +7,15 @@ column          meaning
 ``prompt``      chat messages ``[{"role": ..., "content": ...}, ...]``
 ``ground_truth`` the reference answer, a string the reward compares against
 ``data_source`` which dataset the row came from (``gsm8k``, ``math500``, ...)
+``extra_info``  optional: the row's free-form fields for rewards, a JSON object
+                stored as a string (Arrow needs one type per column); read it
+                with :func:`decode_extra_info`
 ==============  ==========================================================
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,8 +30,31 @@ FEATURES = datasets.Features(
         "prompt": [{"role": datasets.Value("string"), "content": datasets.Value("string")}],
         "ground_truth": datasets.Value("string"),
         "data_source": datasets.Value("string"),
+        "extra_info": datasets.Value("string"),
     }
 )
+
+
+def encode_extra_info(value: Mapping[str, Any] | None) -> str:
+    """A row's ``extra_info`` as the JSON text the ``extra_info`` column stores."""
+    return json.dumps(dict(value or {}), sort_keys=True, default=str)
+
+
+def decode_extra_info(value: Any) -> dict[str, Any]:
+    """A row's ``extra_info`` as a dict, from the stored JSON text, a mapping or ``None``.
+
+    Raises:
+        ValueError: the value is neither (e.g. a list, or text that is not a JSON object).
+    """
+    if value is None or value == "":
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, str):
+        decoded = json.loads(value)
+        if isinstance(decoded, dict):
+            return decoded
+    raise ValueError(f"extra_info must be a JSON object or a mapping, got {value!r:.60}")
 
 
 def build_messages(

@@ -1,4 +1,4 @@
-"""Named presets for the evaluation sets shared by this workplace (``../shared/data``).
+"""Named presets for common evaluation sets read from a shared data folder.
 
 =============  ==============  ======  =====================================
 name           splits (rows)   reward  file(s) under the shared data folder

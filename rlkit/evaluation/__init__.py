@@ -3,8 +3,8 @@
 from rlkit.evaluation.eval_report import EvalReport, ProblemResult, read_jsonl
 from rlkit.evaluation.evaluator import check_sampling, evaluate
 from rlkit.evaluation.loaded_weights import LoadedModelWeights
-from rlkit.evaluation.pass_at_k import mean_and_pass_at_k, pass_at_k
 from rlkit.evaluation.rescoring import rescore_records
+from rlkit.metrics.pass_at_k import mean_and_pass_at_k, pass_at_k
 
 __all__ = [
     "EvalReport",

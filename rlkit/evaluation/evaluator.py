@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rlkit.evaluation.eval_report import EvalReport, ProblemResult
-from rlkit.evaluation.pass_at_k import mean_and_pass_at_k
+from rlkit.metrics.pass_at_k import mean_and_pass_at_k
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 
 #: ``progress(done_problems, total_problems, correct_so_far, responses_so_far)``.

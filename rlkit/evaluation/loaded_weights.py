@@ -60,7 +60,7 @@ class LoadedModelWeights:
     def model(self) -> torch.nn.Module:
         """The model, loaded (once) on first access, in eval mode on ``device``."""
         if self._model is None:
-            from rlkit.trainer.modules import load_causal_lm
+            from rlkit.models.loading import load_causal_lm
 
             model = load_causal_lm(self.model_path, dtype=self.dtype, gguf_file=self.gguf_file)
             self._model = model.to(self.device).eval()

@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rlkit.evaluation.pass_at_k import mean_and_pass_at_k
+from rlkit.metrics.pass_at_k import mean_and_pass_at_k
 
 
 def rescore_records(

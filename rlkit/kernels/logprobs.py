@@ -4,7 +4,7 @@ Each implementation is ``(hidden (N,H), weight (V,H), bias (V,) | None, labels (
 *, temperature, chunk_size, compute_entropy) -> (log_p (N,), entropy (N,) | None)``.
 
 * ``chunked`` - plain-torch chunked scan with recomputation in backward
-  (:mod:`rlkit.ops.chunked_logprobs`); peak memory bounded by the chunk.
+  (:mod:`rlkit.kernels.chunked_logprobs`); peak memory bounded by the chunk.
 * ``naive`` - full logits + ``log_softmax`` (the reference and benchmark baseline).
 * ``npu_cross_entropy`` - the chunked scan with each chunk's forward statistics
   from ``torch_npu.npu_cross_entropy_loss`` (Ascend); backward is the analytic
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
+from rlkit.kernels.chunked_logprobs import linear_logprobs_chunked
+from rlkit.kernels.naive_logprobs import naive_linear_logprobs
 from rlkit.kernels.registry import register_kernel
-from rlkit.ops.chunked_logprobs import linear_logprobs_chunked
-from rlkit.ops.naive_logprobs import naive_linear_logprobs
-from rlkit.ops.softmax_stats import block_stats_
+from rlkit.kernels.softmax_stats import block_stats_
 
 
 @register_kernel(
@@ -37,7 +37,7 @@ def chunked_logprobs(
     chunk_size: int,
     compute_entropy: bool,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`rlkit.ops.chunked_logprobs.linear_logprobs_chunked` with torch statistics."""
+    """:func:`rlkit.kernels.chunked_logprobs.linear_logprobs_chunked` with torch statistics."""
     return linear_logprobs_chunked(
         hidden,
         weight,

@@ -14,8 +14,8 @@ import math
 import torch
 
 from rlkit.device import platform_for_device
+from rlkit.kernels.chunked_logprobs import logits_logprobs_chunked
 from rlkit.kernels.selection import choose
-from rlkit.ops.chunked_logprobs import logits_logprobs_chunked
 
 
 def _check_temperature(temperature: float) -> float:

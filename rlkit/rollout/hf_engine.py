@@ -104,7 +104,7 @@ def _num_chunks(items: int, per_chunk: int, extra: dict[str, Any]) -> int:
     """
     count = max(1, -(-items // per_chunk))
     if extra.get("synced_gpus"):
-        from rlkit.trainer.collectives import same_everywhere
+        from rlkit.distributed.collectives import same_everywhere
 
         count = same_everywhere(count, "max")
     return count

@@ -123,7 +123,7 @@ class _Stepper:
     def anyone_active(self, active: bool) -> bool:
         if not self.synced:
             return active
-        from rlkit.trainer.collectives import same_everywhere
+        from rlkit.distributed.collectives import same_everywhere
 
         return same_everywhere(int(active), "max") == 1
 

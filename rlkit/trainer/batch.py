@@ -1,152 +1,270 @@
-"""Rows of (prompt, response) as padded tensors, and how they are split.
+"""The trainer's batch: trajectories padded into typed tensors, and how rows are split.
 
-Layout (as in verl): ``input_ids = [left-padded prompt | right-padded response]``
-of width ``P + T``; per-token response quantities are (B, T) and aligned with
-``responses``. Padding rows added to balance processes have an all-zero
-``response_mask``, so they contribute exactly nothing to any loss.
+Layout (as in verl): ``input_ids = [left-padded prompt | right-padded response]`` of
+width ``P + T``; every per-token quantity is (B, T) and aligned with ``responses``.
+Each field of :class:`TrainBatch` declares its layout (``sequence`` (B, P + T),
+``token`` (B, T), ``row`` (B,) or ``object``, a Python list of B values), so
+selecting rows and trimming padding columns never guess from a tensor's shape.
+
+Two masks, on purpose: ``attention_mask`` covers every real token (the model reads
+tool outputs too), ``loss_mask`` only the tokens the policy sampled (what the
+estimators receive as ``response_mask`` and every loss is averaged over). Rows added
+to balance processes have an all-zero ``loss_mask``, so they contribute nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-from rlkit.rollout.base import RolloutBatch
+from rlkit.rollout.trajectory import NOT_GENERATED, Trajectory
 
-SEQUENCE_KEYS = ("input_ids", "attention_mask", "position_ids")
-"""The (B, P + T) tensors: prompt and response; every other 2-D tensor is (B, T)."""
+SEQUENCE, TOKEN, ROW, OBJECT = "sequence", "token", "row", "object"
+
+
+def _field(layout: str, *, default: Any = dataclasses.MISSING) -> Any:
+    if default is dataclasses.MISSING:
+        return field(metadata={"layout": layout})
+    return field(default=default, metadata={"layout": layout})
 
 
 @dataclass
-class Batch:
-    """A dict of tensors sharing the first (row) dimension, plus the prompt width."""
+class TrainBatch:
+    """B rows of (prompt, response) as padded tensors; P = prompt width, T = response width.
 
-    tensors: dict[str, torch.Tensor]
-    prompt_width: int
-    meta: dict[str, list] = field(default_factory=dict)
-    """Per-row Python values (e.g. data sources, ground truths), same row order."""
+    Written when the batch is built (:func:`build_batch`):
+
+    Attributes:
+        input_ids: (B, P+T) long; ``[left-padded prompt | right-padded response]``.
+        attention_mask: (B, P+T) long; 1 on every real token (prompt, policy and tool tokens).
+        position_ids: (B, P+T) long; positions of real tokens, starting at 0 per row.
+        responses: (B, T) long; the response part of ``input_ids``.
+        loss_mask: (B, T) float 0/1; 1 = token sampled by the policy (trained on).
+        rollout_log_probs: (B, T) float32; the engine's log-probs, 0 where ``loss_mask`` is 0.
+        policy_version: (B, T) long; weights version that sampled each token, -1 elsewhere.
+        token_level_scores: (B, T) float32; the outcome score on the last sampled token,
+            plus any per-token environment rewards.
+        prompt_lengths, response_lengths: (B,) long; real tokens of prompt / response.
+        index: (B,) long; group id (one prompt draw), what estimators receive as ``index``.
+        scores: (B,) float32; the outcome score per row.
+        acc: (B,) float32; correctness per row.
+        data_sources: B strings (``None`` on balancing rows).
+        multimodal_inputs: B dicts of extra model inputs (or ``None`` per text row).
+        prompt_width: P.
+
+    Written by the step's phases (``None`` until then), all (B, T) float32 unless noted:
+        reward_baselines: (B,) the greedy response's score (ReMax).
+        old_log_probs, ref_log_probs, values: forwards of the actor, reference, critic.
+        entropy: the actor's entropy at the rollout (logged, or a loss's extra input).
+        token_level_rewards: scores minus the KL penalty in the reward.
+        advantages, returns: the estimator's outputs.
+        rollout_is_weights: rollout importance-sampling weights.
+    """
+
+    input_ids: torch.Tensor = _field(SEQUENCE)
+    attention_mask: torch.Tensor = _field(SEQUENCE)
+    position_ids: torch.Tensor = _field(SEQUENCE)
+    responses: torch.Tensor = _field(TOKEN)
+    loss_mask: torch.Tensor = _field(TOKEN)
+    rollout_log_probs: torch.Tensor = _field(TOKEN)
+    policy_version: torch.Tensor = _field(TOKEN)
+    token_level_scores: torch.Tensor = _field(TOKEN)
+    prompt_lengths: torch.Tensor = _field(ROW)
+    response_lengths: torch.Tensor = _field(ROW)
+    index: torch.Tensor = _field(ROW)
+    scores: torch.Tensor = _field(ROW)
+    acc: torch.Tensor = _field(ROW)
+    data_sources: list[str | None] = _field(OBJECT)
+    multimodal_inputs: list[Mapping[str, torch.Tensor] | None] = _field(OBJECT)
+    prompt_width: int = field(default=0)
+    reward_baselines: torch.Tensor | None = _field(ROW, default=None)
+    old_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
+    ref_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
+    values: torch.Tensor | None = _field(TOKEN, default=None)
+    entropy: torch.Tensor | None = _field(TOKEN, default=None)
+    token_level_rewards: torch.Tensor | None = _field(TOKEN, default=None)
+    advantages: torch.Tensor | None = _field(TOKEN, default=None)
+    returns: torch.Tensor | None = _field(TOKEN, default=None)
+    rollout_is_weights: torch.Tensor | None = _field(TOKEN, default=None)
 
     def __len__(self) -> int:
-        return int(self.tensors["responses"].shape[0])
+        return int(self.responses.shape[0])
 
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.tensors[key]
+    def _map(self, fn: Any) -> TrainBatch:
+        """A copy with ``fn(layout, value)`` applied to every set row-aligned field."""
+        changes = {}
+        for f in dataclasses.fields(self):
+            layout, value = f.metadata.get("layout"), getattr(self, f.name)
+            if layout is not None and value is not None:
+                changes[f.name] = fn(layout, value)
+        return dataclasses.replace(self, **changes)
 
-    def __setitem__(self, key: str, value: torch.Tensor) -> None:
-        if value.shape[0] != len(self):
-            raise ValueError(f"{key} has {value.shape[0]} rows, batch has {len(self)}")
-        self.tensors[key] = value
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.tensors
-
-    def get(self, key: str) -> torch.Tensor | None:
-        return self.tensors.get(key)
-
-    def select(self, rows: torch.Tensor | Sequence[int]) -> Batch:
+    def select(self, rows: torch.Tensor | Sequence[int]) -> TrainBatch:
         """The rows ``rows`` (an index tensor or list), in that order."""
         idx = torch.as_tensor(rows, dtype=torch.long)
-        tensors = {k: v.index_select(0, idx.to(v.device)) for k, v in self.tensors.items()}
-        meta = {k: [v[i] for i in idx.tolist()] for k, v in self.meta.items()}
-        return Batch(tensors, self.prompt_width, meta)
+        as_list = idx.tolist()
 
-    def trimmed(self) -> Batch:
+        def pick(layout: str, value: Any) -> Any:
+            if layout == OBJECT:
+                return [value[i] for i in as_list]
+            return value.index_select(0, idx.to(value.device))
+
+        return self._map(pick)
+
+    def trimmed(self) -> TrainBatch:
         """The same rows without columns that are padding in every row.
 
         Keeps the last ``P'`` prompt columns (``P'`` = the longest prompt here) and
         the first ``T'`` response columns (``T'`` = the longest response here, at
-        least 1). Per-token tensors (B, T) and sequence tensors (B, P + T) are cut
-        to match; every real token, its position id and its mask survive, so any
-        masked sum over the rows is unchanged. A micro-batch of short rows then
-        costs its own length, not the step's longest.
+        least 1). Every real token, its position id and its masks survive, so any
+        masked sum over the rows is unchanged, and a micro-batch of short rows costs
+        its own length, not the step's longest.
         """
-        p, t = self.prompt_width, self.tensors["responses"].shape[1]
+        p, t = self.prompt_width, self.responses.shape[1]
         if len(self) == 0:
             return self
-        keep_p = int(self.tensors["prompt_lengths"].max().clamp(min=1, max=p))
-        keep_t = int(self.tensors["response_lengths"].max().clamp(min=1, max=t))
+        keep_p = int(self.prompt_lengths.max().clamp(min=1, max=p))
+        keep_t = int(self.response_lengths.max().clamp(min=1, max=t))
         if keep_p == p and keep_t == t:
             return self
-        tensors = {}
-        for key, value in self.tensors.items():
-            if key in SEQUENCE_KEYS:
-                value = value[:, p - keep_p : p + keep_t]
-            elif value.dim() > 1:
-                if value.shape[1] != t:
-                    raise ValueError(
-                        f"Batch.trimmed: {key!r} is {tuple(value.shape)}; a 2-D tensor other "
-                        f"than {SEQUENCE_KEYS} must be per response token, (B, T={t})"
-                    )
-                value = value[:, :keep_t]
-            tensors[key] = value
-        return Batch(tensors, keep_p, self.meta)
 
-    def to(self, device: torch.device) -> Batch:
-        return Batch(
-            {k: v.to(device) for k, v in self.tensors.items()}, self.prompt_width, self.meta
-        )
+        def cut(layout: str, value: Any) -> Any:
+            if layout == SEQUENCE:
+                return value[:, p - keep_p : p + keep_t]
+            if layout == TOKEN:
+                return value[:, :keep_t]
+            return value
+
+        return dataclasses.replace(self._map(cut), prompt_width=keep_p)
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        return self._map(lambda layout, v: v if layout == OBJECT else v.to(device))
+
+    def model_inputs(self) -> dict[str, Any]:
+        """What the actor and critic forwards read: ids, masks, positions, responses,
+        and the rows' multimodal inputs concatenated along their first dimension."""
+        inputs: dict[str, Any] = {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+            "responses": self.responses,
+        }
+        rows = [m for m in self.multimodal_inputs if m]
+        if rows:
+            inputs["multimodal"] = {
+                key: torch.cat([r[key] for r in rows]).to(self.input_ids.device) for key in rows[0]
+            }
+        return inputs
 
 
-def build_batch(rollout: RolloutBatch, *, pad_token_id: int, response_width: int) -> Batch:
-    """Pad a :class:`RolloutBatch` into tensors.
+def _right_padded(rows: Sequence[Sequence[Any]], width: int, pad: Any, dtype: torch.dtype):
+    # Padded as Python lists, then one tensor: a per-row torch.tensor costs more than
+    # the rest of build_batch at a few hundred rows.
+    return torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=dtype).reshape(
+        len(rows), width
+    )
+
+
+def token_level_scores(trajectories: Sequence[Trajectory], scores: Sequence[float], width: int):
+    """(B, T) rewards per token: each row's score on its last sampled token, plus the
+    environment's per-token rewards. A row with no sampled token gets no score."""
+    dense = [t.token_rewards or [0.0] * len(t) for t in trajectories]
+    out = _right_padded(dense, width, 0.0, torch.float32)
+    for row, (traj, score) in enumerate(zip(trajectories, scores)):
+        last = traj.last_generated()
+        if last >= 0:
+            out[row, last] += score
+    return out
+
+
+def build_batch(
+    trajectories: Sequence[Trajectory],
+    *,
+    pad_token_id: int,
+    response_width: int,
+    index: Sequence[int],
+    scores: Sequence[float],
+    acc: Sequence[float],
+    data_sources: Sequence[str],
+    reward_baselines: Sequence[float] | None = None,
+) -> TrainBatch:
+    """Pad trajectories and their per-row rewards into a :class:`TrainBatch`.
 
     Args:
-        rollout: rows of prompt ids, response ids and rollout log-probs.
+        trajectories: the rows (each is validated first).
         pad_token_id: token used for padding (masked out everywhere).
-        response_width: T, at least the longest response (the configured max length,
-            so every step has the same shapes).
+        response_width: T, at least the longest response.
+        index: group id per row.
+        scores, acc, data_sources: the outcome score, correctness and data source per row.
+        reward_baselines: per-row baseline score (ReMax), if any.
 
-    Returns:
-        A :class:`Batch` with ``input_ids``, ``attention_mask``, ``position_ids``
-        (B, P+T), ``responses``, ``response_mask``, ``rollout_log_probs`` (B, T),
-        ``prompt_lengths``, ``response_lengths``, ``index`` (B,).
+    Raises:
+        ValueError: a trajectory is inconsistent, a per-row list has the wrong length,
+            or a response is longer than ``response_width``.
     """
-    rollout.validate()
-    b = len(rollout)
-    longest = max((len(r) for r in rollout.response_ids), default=0)
+    b = len(trajectories)
+    for i, traj in enumerate(trajectories):
+        traj.validate(f"trajectory {i}")
+    per_row = {"index": index, "scores": scores, "acc": acc, "data_sources": data_sources}
+    if reward_baselines is not None:
+        per_row["reward_baselines"] = reward_baselines
+    for name, values in per_row.items():
+        if len(values) != b:
+            raise ValueError(f"build_batch: {len(values)} {name} for {b} trajectories")
+    longest = max((len(t) for t in trajectories), default=0)
     if longest > response_width:
         raise ValueError(
             f"a response has {longest} tokens, more than response_width={response_width}"
         )
-    p = max((len(x) for x in rollout.prompt_ids), default=1)
-    # Padded as Python lists, then one tensor each: a per-row torch.tensor costs more
-    # than the rest of the function at a few hundred rows.
-    prompt_lengths = torch.tensor([len(x) for x in rollout.prompt_ids], dtype=torch.long)
-    response_lengths = torch.tensor([len(r) for r in rollout.response_ids], dtype=torch.long)
+    p = max((len(t.prompt_ids) for t in trajectories), default=1)
+    prompt_lengths = torch.tensor([len(t.prompt_ids) for t in trajectories], dtype=torch.long)
+    response_lengths = torch.tensor([len(t) for t in trajectories], dtype=torch.long)
     prompts = torch.tensor(
-        [[pad_token_id] * (p - len(x)) + list(x) for x in rollout.prompt_ids], dtype=torch.long
-    ).reshape(b, p)
-    responses = torch.tensor(
-        [list(r) + [pad_token_id] * (response_width - len(r)) for r in rollout.response_ids],
+        [[pad_token_id] * (p - len(t.prompt_ids)) + list(t.prompt_ids) for t in trajectories],
         dtype=torch.long,
-    ).reshape(b, response_width)
-    rollout_lp = torch.tensor(
-        [list(lp) + [0.0] * (response_width - len(lp)) for lp in rollout.rollout_log_probs],
-        dtype=torch.float32,
-    ).reshape(b, response_width)
+    ).reshape(b, p)
+    responses = _right_padded(
+        [t.response_ids for t in trajectories], response_width, pad_token_id, torch.long
+    )
     prompt_mask = (torch.arange(p) >= (p - prompt_lengths)[:, None]).long()
-    response_mask = (torch.arange(response_width) < response_lengths[:, None]).float()
-    attention_mask = torch.cat([prompt_mask, response_mask.long()], dim=1)
-    # Positions count real tokens only, so left padding does not shift them.
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-    tensors = {
-        "input_ids": torch.cat([prompts, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": position_ids,
-        "responses": responses,
-        "response_mask": response_mask,
-        "rollout_log_probs": rollout_lp,
-        "prompt_lengths": prompt_lengths,
-        "response_lengths": response_lengths,
-        "index": torch.as_tensor(rollout.prompt_index, dtype=torch.long).reshape(b),
-    }
-    return Batch(tensors, p)
+    real = (torch.arange(response_width) < response_lengths[:, None]).long()
+    attention_mask = torch.cat([prompt_mask, real], dim=1)
+    return TrainBatch(
+        input_ids=torch.cat([prompts, responses], dim=1),
+        attention_mask=attention_mask,
+        # Positions count real tokens only, so left padding does not shift them.
+        position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0),
+        responses=responses,
+        loss_mask=_right_padded(
+            [t.loss_mask for t in trajectories], response_width, 0, torch.float32
+        ),
+        rollout_log_probs=_right_padded(
+            [t.rollout_log_probs for t in trajectories], response_width, 0.0, torch.float32
+        ),
+        policy_version=_right_padded(
+            [t.policy_version for t in trajectories], response_width, NOT_GENERATED, torch.long
+        ),
+        token_level_scores=token_level_scores(trajectories, scores, response_width),
+        prompt_lengths=prompt_lengths,
+        response_lengths=response_lengths,
+        index=torch.as_tensor(list(index), dtype=torch.long).reshape(b),
+        scores=torch.as_tensor(list(scores), dtype=torch.float32).reshape(b),
+        acc=torch.as_tensor(list(acc), dtype=torch.float32).reshape(b),
+        data_sources=list(data_sources),
+        multimodal_inputs=[t.multimodal_inputs for t in trajectories],
+        prompt_width=p,
+        reward_baselines=None
+        if reward_baselines is None
+        else torch.as_tensor(list(reward_baselines), dtype=torch.float32).reshape(b),
+    )
 
 
-def pad_rows_to_multiple(batch: Batch, multiple: int) -> Batch:
-    """Append copies of row 0 with an all-zero response mask until ``len % multiple == 0``.
+def pad_rows_to_multiple(batch: TrainBatch, multiple: int) -> TrainBatch:
+    """Append copies of row 0 with an all-zero loss mask until ``len % multiple == 0``.
 
     Such rows make every process run the same number of forward passes (FSDP's
     collectives need that) while adding nothing to losses or gradients.
@@ -157,13 +275,24 @@ def pad_rows_to_multiple(batch: Batch, multiple: int) -> Batch:
     if len(batch) == 0:
         raise ValueError("cannot pad an empty batch: it has no row to copy")
     pad = batch.select([0] * missing)
-    for key in ("response_mask", "advantages", "returns"):
-        if key in pad:
-            pad.tensors[key] = torch.zeros_like(pad.tensors[key])
-    pad.meta = {k: [None] * missing for k in batch.meta}
-    tensors = {k: torch.cat([v, pad.tensors[k]]) for k, v in batch.tensors.items()}
-    meta = {k: v + pad.meta[k] for k, v in batch.meta.items()}
-    return Batch(tensors, batch.prompt_width, meta)
+    zeroed = {
+        name: torch.zeros_like(value)
+        for name in ("loss_mask", "advantages", "returns")
+        if (value := getattr(pad, name)) is not None
+    }
+    pad = dataclasses.replace(pad, data_sources=[None] * missing, **zeroed)
+
+    return _concat(batch, pad)
+
+
+def _concat(first: TrainBatch, second: TrainBatch) -> TrainBatch:
+    changes = {}
+    for f in dataclasses.fields(first):
+        layout, a, b = f.metadata.get("layout"), getattr(first, f.name), getattr(second, f.name)
+        if layout is None or a is None:
+            continue
+        changes[f.name] = a + b if layout == OBJECT else torch.cat([a, b])
+    return dataclasses.replace(first, **changes)
 
 
 def shard_rows(num_rows: int, rank: int, world: int) -> torch.Tensor:

@@ -143,6 +143,8 @@ class AlgorithmConfig:
     overlong_penalty_factor: float = 1.0
     critic_warmup: int = 0
     """Steps during which only the critic is updated."""
+    value_loss: str = "clipped"
+    """Critic loss name (``rlkit list value_losses``: clipped | mse | ``pkg.module:fn``)."""
 
 
 @gin.configurable
@@ -278,10 +280,12 @@ def check_registered_names(
         POLICY_LOSSES,
         REWARDS,
         ROLLOUT_ENGINES,
+        VALUE_LOSSES,
     )
 
     ESTIMATORS.entry(algorithm.adv_estimator)
     POLICY_LOSSES.entry(algorithm.policy_loss)
+    VALUE_LOSSES.entry(algorithm.value_loss)
     AGGREGATIONS.entry(algorithm.loss_agg_mode)
     if algorithm.use_kl_loss:
         KL_PENALTIES.entry(algorithm.kl_loss_type)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rlkit.trainer.batch import Batch
+from rlkit.trainer.batch import TrainBatch
 
 
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
@@ -19,31 +19,30 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def data_metrics(
-    batch: Batch, *, max_response_length: int, max_prompt_length: int
+    batch: TrainBatch, *, max_response_length: int, max_prompt_length: int
 ) -> dict[str, float]:
     """``critic/*``, ``response_length/*``, ``prompt_length/*`` and ``global_seqlen/*``.
 
-    Token statistics are over valid response tokens; sequence statistics over rows.
+    Token statistics are over the tokens the policy sampled (``loss_mask``); sequence
+    statistics over rows with at least one such token. Lengths count every response
+    token (tool and user turns included).
     """
-    mask = batch["response_mask"].bool()
+    mask = batch.loss_mask.bool()
     valid_rows = mask.any(dim=1)
     out: dict[str, float] = {}
-    out |= _stats("critic/score", batch["scores"][valid_rows])
-    out |= _stats("critic/rewards", (batch["token_level_rewards"] * mask).sum(dim=1)[valid_rows])
-    out |= _stats("critic/advantages", batch["advantages"][mask])
-    out |= _stats("critic/returns", batch["returns"][mask])
-    if "values" in batch:
-        values, returns = batch["values"][mask], batch["returns"][mask]
+    out |= _stats("critic/score", batch.scores[valid_rows])
+    out |= _stats("critic/rewards", (batch.token_level_rewards * mask).sum(dim=1)[valid_rows])
+    out |= _stats("critic/advantages", batch.advantages[mask])
+    out |= _stats("critic/returns", batch.returns[mask])
+    if batch.values is not None:
+        values, returns = batch.values[mask], batch.returns[mask]
         out |= _stats("critic/values", values)
         if values.numel() > 1:
             explained = 1 - torch.var(returns - values) / (torch.var(returns) + 1e-5)
             out["critic/vf_explained_var"] = explained.item()
-    if "acc" in batch:
-        out["critic/acc/mean"] = (
-            batch["acc"][valid_rows].float().mean().item() if valid_rows.any() else 0.0
-        )
-    resp = batch["response_lengths"].float()
-    prompt = batch["prompt_lengths"].float()
+    out["critic/acc/mean"] = batch.acc[valid_rows].mean().item() if valid_rows.any() else 0.0
+    resp = batch.response_lengths.float()
+    prompt = batch.prompt_lengths.float()
     out |= _stats("response_length", resp)
     out |= _stats("prompt_length", prompt)
     if resp.numel():

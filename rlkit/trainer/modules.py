@@ -4,31 +4,49 @@ Both wrap a Hugging Face model at ``.backbone`` (what the FSDP backend shards)
 and run only its decoder, then compute per-response-token quantities from the
 hidden states: the actor through the fused chunked log-prob/entropy op, which
 never materialises the (tokens x vocabulary) logits; the critic through a
-scalar value head.
+scalar value head. Loading the backbones is :mod:`rlkit.models.loading`.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rlkit import ops
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def _response_hidden(
-    decoder: nn.Module,
-    batch: dict[str, torch.Tensor],
+    backbone: nn.Module,
+    batch: dict[str, Any],
     prompt_width: int,
     remove_padding: bool = False,
 ) -> torch.Tensor:
-    """Hidden states that predict each response token: positions P-1 .. P+T-2. (B, T, H)."""
-    if remove_padding:
+    """Hidden states that predict each response token: positions P-1 .. P+T-2. (B, T, H).
+
+    ``batch`` is :meth:`TrainBatch.model_inputs`: ids, masks, positions, responses and,
+    for multimodal rows, a ``multimodal`` dict handed to the model's forward untouched.
+    """
+    multimodal = batch.get("multimodal")
+    decoder = _decoder(backbone)
+    if multimodal:
+        if remove_padding:
+            raise ValueError(
+                "ModelConfig.use_remove_padding does not pack multimodal inputs; "
+                "set it to False for a vision-language policy"
+            )
+        # The multimodal trunk merges e.g. image features into the token embeddings and
+        # derives its own (multi-axis) positions, so no position ids are passed.
+        hidden = _multimodal_trunk(backbone)(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            use_cache=False,
+            **multimodal,
+        ).last_hidden_state
+    elif remove_padding:
         hidden = _unpadded_hidden(decoder, batch)
     else:
         hidden = decoder(
@@ -39,6 +57,26 @@ def _response_hidden(
         ).last_hidden_state
     t = batch["responses"].shape[1]
     return hidden[:, prompt_width - 1 : prompt_width - 1 + t]
+
+
+def _decoder(backbone: nn.Module) -> nn.Module:
+    get = getattr(backbone, "get_decoder", None)
+    decoder = get() if callable(get) else None
+    return decoder if decoder is not None else backbone
+
+
+def _multimodal_trunk(backbone: nn.Module) -> nn.Module:
+    """The base model of a ``*ForConditionalGeneration`` (its ``.model``), which takes
+    pixel values and grids; under peft, that of the wrapped model."""
+    get_base = getattr(backbone, "get_base_model", None)
+    base = get_base() if callable(get_base) else backbone
+    trunk = getattr(base, "model", None)
+    if trunk is None:
+        raise ValueError(
+            f"{type(base).__name__} has no .model to take multimodal inputs; a "
+            "vision-language policy must be a transformers *ForConditionalGeneration model"
+        )
+    return trunk
 
 
 def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -73,14 +111,13 @@ class ActorModule(nn.Module):
 
     def forward(
         self,
-        batch: dict[str, torch.Tensor],
+        batch: dict[str, Any],
         prompt_width: int,
         temperature: float = 1.0,
         compute_entropy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked)."""
-        decoder = self.backbone.get_decoder()
-        hidden = _response_hidden(decoder, batch, prompt_width, self.remove_padding)
+        hidden = _response_hidden(self.backbone, batch, prompt_width, self.remove_padding)
         head = self.backbone.get_output_embeddings()
         logp, ent = ops.token_logprobs_and_entropy(
             hidden,
@@ -111,62 +148,7 @@ class CriticModule(nn.Module):
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, batch: dict[str, torch.Tensor], prompt_width: int) -> torch.Tensor:
+    def forward(self, batch: dict[str, Any], prompt_width: int) -> torch.Tensor:
         """Values V(s_t) before each response token, (B, T) float32."""
-        hidden = _response_hidden(self._decoder(), batch, prompt_width, self.remove_padding)
+        hidden = _response_hidden(self.backbone, batch, prompt_width, self.remove_padding)
         return self.value_head(hidden).squeeze(-1).float()
-
-    def _decoder(self) -> nn.Module:
-        get = getattr(self.backbone, "get_decoder", None)
-        return get() if callable(get) and get() is not None else self.backbone
-
-
-def check_model_dir(path: str) -> Path:
-    p = Path(path)
-    if not p.is_dir():
-        raise FileNotFoundError(
-            f"model path {path!r} is not a directory; set ModelConfig.path to a local "
-            f"Hugging Face model directory (config.json + weights)"
-        )
-    if not (p / "config.json").exists() and not any(p.glob("*.gguf")):
-        raise FileNotFoundError(f"model directory {path!r} has no config.json (nor a .gguf file)")
-    return p
-
-
-def load_causal_lm(
-    path: str,
-    *,
-    dtype: str = "float32",
-    gguf_file: str | None = None,
-    gradient_checkpointing: bool = False,
-) -> PreTrainedModel:
-    """Load a local causal LM (``gguf_file`` dequantises a GGUF checkpoint)."""
-    check_model_dir(path)
-    if dtype not in DTYPES:
-        raise ValueError(f"ModelConfig.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
-    if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    return model
-
-
-def load_critic_backbone(
-    path: str, *, dtype: str = "float32", gguf_file: str | None = None
-) -> PreTrainedModel:
-    """The critic's trunk: the base model without the language-model head."""
-    check_model_dir(path)
-    config = AutoConfig.from_pretrained(path, gguf_file=gguf_file)
-    return AutoModel.from_pretrained(path, config=config, dtype=DTYPES[dtype], gguf_file=gguf_file)
-
-
-def add_lora(
-    model: PreTrainedModel, *, rank: int, alpha: int, target_modules: str | tuple[str, ...]
-) -> nn.Module:
-    """Wrap ``model`` with peft LoRA adapters (only they train)."""
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as exc:  # pragma: no cover - peft is a declared extra
-        raise ImportError("LoRA needs peft: pip install 'rlkit[lora]'") from exc
-    targets = target_modules if isinstance(target_modules, str) else list(target_modules)
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)

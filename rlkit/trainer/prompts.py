@@ -10,20 +10,25 @@ import torch
 
 @dataclass
 class PromptSet:
-    """Tokenised prompts with their ground truths.
+    """Tokenised prompts with what rewards may read about them.
 
     Attributes:
         token_ids: one list of ids per prompt (already truncated as configured).
         ground_truths, data_sources, ids: per prompt.
+        messages: the chat messages of each prompt.
+        texts: each prompt as rendered for the model (chat template applied).
+        extra_infos: each row's ``extra_info`` dict (``{}`` if the dataset has none).
         num_truncated / num_filtered: prompts longer than the limit that were cut
             (left truncation keeps the end) or dropped; reported in metrics.
     """
 
-    token_ids: list[list[int]]
-    ground_truths: list[str]
-    data_sources: list[str]
-    ids: list[str]
-    extras: list[dict[str, Any]] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)
+    ground_truths: list[str] = field(default_factory=list)
+    data_sources: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    messages: list[list[dict[str, Any]]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    extra_infos: list[dict[str, Any]] = field(default_factory=list)
     num_truncated: int = 0
     num_filtered: int = 0
 
@@ -43,14 +48,15 @@ def tokenize_prompts(
     """Render and tokenise every row of a prompt-schema dataset.
 
     Args:
-        dataset: rows with ``prompt`` (chat messages), ``ground_truth``, ``data_source``, ``id``.
+        dataset: rows with ``prompt`` (chat messages), ``ground_truth``, ``data_source``,
+            ``id`` and optionally ``extra_info``.
         truncation: ``error`` (raise, naming the row), ``left`` (keep the last
             ``max_prompt_length`` tokens) or ``filter`` (drop the row).
         name: the dataset's name for error messages (e.g. ``train``).
     """
-    from rlkit.data import render_prompt
+    from rlkit.data import decode_extra_info, render_prompt
 
-    out = PromptSet([], [], [], [], [])
+    out = PromptSet()
     for i, row in enumerate(dataset):
         text = render_prompt(row["prompt"], tokenizer, use_chat_template=use_chat_template)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -70,13 +76,9 @@ def tokenize_prompts(
         out.ground_truths.append(str(row["ground_truth"]))
         out.data_sources.append(str(row.get("data_source") or name))
         out.ids.append(str(row.get("id", i)))
-        out.extras.append(
-            {
-                k: v
-                for k, v in row.items()
-                if k not in ("prompt", "ground_truth", "data_source", "id")
-            }
-        )
+        out.messages.append([dict(m) for m in row["prompt"]])
+        out.texts.append(text)
+        out.extra_infos.append(decode_extra_info(row.get("extra_info")))
     if not out.token_ids:
         raise ValueError(
             f"the {name} dataset has no usable prompt ({out.num_filtered} filtered as too long)"

@@ -1,4 +1,4 @@
-"""Rollouts with their rewards, grouped by prompt draw; DAPO's group filter.
+"""Trajectories with their rewards, grouped by prompt draw; DAPO's group filter.
 
 A *group* is the ``n`` responses drawn for one prompt in one generation batch
 (the same prompt drawn again later is a new group). Group ids are what the
@@ -11,29 +11,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
-from rlkit.rollout.base import RolloutBatch
-from rlkit.trainer.batch import Batch
+from rlkit.rollout.trajectory import Trajectory
+from rlkit.trainer.batch import TrainBatch, build_batch
+from rlkit.trainer.prompts import PromptSet
 
 REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts")
 
 
 @dataclass
 class ScoredRollout:
-    """A rollout with one reward per row.
+    """Trajectories with one reward per row.
 
     Attributes:
-        rollout: the engine's rows; ``prompt_index`` holds indices into the PromptSet.
+        trajectories: the rows; ``prompt_index`` holds indices into the PromptSet.
         groups: group id per row (rows of a group are contiguous).
         scores: the reward per row (shaping included).
         acc: correctness per row: the reward's ``acc`` field if it returns one,
             else ``score > 0``.
+        data_sources: per row.
         baselines: per-row baseline reward (ReMax's greedy rollout), if any.
         metrics: reward-side counters (errors, timeouts), summed on concatenation.
     """
 
-    rollout: RolloutBatch
+    trajectories: list[Trajectory]
     groups: list[int]
     scores: list[float]
     acc: list[float]
@@ -47,58 +48,37 @@ class ScoredRollout:
     def num_groups(self) -> int:
         return len(set(self.groups))
 
+    @property
+    def prompt_index(self) -> list[int]:
+        return [t.prompt_index for t in self.trajectories]
+
     @staticmethod
     def concat(parts: list[ScoredRollout]) -> ScoredRollout:
         """Rows of all parts in order; group ids renumbered 0.. by first appearance."""
-        rows: dict[str, list] = {
-            k: []
-            for k in (
-                "prompt_ids",
-                "response_ids",
-                "rollout_log_probs",
-                "finish_reasons",
-                "prompt_index",
-            )
-        }
-        groups, scores, acc, sources, baselines, metrics = [], [], [], [], [], {}
+        out = ScoredRollout([], [], [], [], [], [], {})
         offset = 0
         for part in parts:
-            for k in rows:
-                rows[k] += getattr(part.rollout, k)
-            groups += [g + offset for g in part.groups]
+            out.trajectories += part.trajectories
+            out.groups += [g + offset for g in part.groups]
             offset += max(part.groups, default=-1) + 1
-            scores += part.scores
-            acc += part.acc
-            sources += part.data_sources
-            if part.baselines is not None:
-                baselines += part.baselines
+            out.scores += part.scores
+            out.acc += part.acc
+            out.data_sources += part.data_sources
+            out.baselines += part.baselines or []
             for k, v in part.metrics.items():
-                metrics[k] = metrics.get(k, 0.0) + v
+                out.metrics[k] = out.metrics.get(k, 0.0) + v
         renumber: dict[int, int] = {}
-        groups = [renumber.setdefault(g, len(renumber)) for g in groups]
-        has_baselines = bool(parts) and all(p.baselines is not None for p in parts)
-        return ScoredRollout(
-            RolloutBatch(**rows),
-            groups,
-            scores,
-            acc,
-            sources,
-            baselines if has_baselines else None,
-            metrics,
-        )
+        out.groups = [renumber.setdefault(g, len(renumber)) for g in out.groups]
+        if not (parts and all(p.baselines is not None for p in parts)):
+            out.baselines = None
+        return out
 
     def select(self, keep: list[int]) -> ScoredRollout:
-        r = self.rollout
-        pick = lambda xs: [xs[i] for i in keep]  # noqa: E731
-        rollout = RolloutBatch(
-            pick(r.prompt_ids),
-            pick(r.response_ids),
-            pick(r.rollout_log_probs),
-            pick(r.finish_reasons),
-            pick(r.prompt_index),
-        )
+        def pick(xs: list[Any]) -> list[Any]:
+            return [xs[i] for i in keep]
+
         return ScoredRollout(
-            rollout,
+            pick(self.trajectories),
             pick(self.groups),
             pick(self.scores),
             pick(self.acc),
@@ -133,44 +113,73 @@ class ScoredRollout:
         self.baselines = [per_group[g] for g in self.groups]
         self.metrics["critic/baseline_score_sum"] = float(sum(base.scores))
 
-    def fill(self, batch: Batch) -> None:
-        """Add ``scores``, ``acc``, ``token_level_scores`` (score on the last response
-        token), ``index`` (group ids) and ``reward_baselines`` to ``batch``."""
-        scores = torch.tensor(self.scores, dtype=torch.float32)
-        batch["scores"] = scores
-        batch["acc"] = torch.tensor(self.acc, dtype=torch.float32)
-        batch["index"] = torch.tensor(self.groups, dtype=torch.long)
-        lengths = batch["response_lengths"]
-        token_scores = torch.zeros_like(batch["response_mask"])
-        rows = torch.nonzero(lengths > 0).squeeze(-1)
-        token_scores[rows, lengths[rows] - 1] = scores[rows]
-        batch["token_level_scores"] = token_scores
-        if self.baselines is not None:
-            batch["reward_baselines"] = torch.tensor(self.baselines, dtype=torch.float32)
-        batch.meta["data_source"] = list(self.data_sources)
+    def to_batch(self, *, pad_token_id: int) -> TrainBatch:
+        """The rows as a :class:`TrainBatch`, padded to the longest response generated
+        (not the configured maximum: every forward and backward then costs less)."""
+        return build_batch(
+            self.trajectories,
+            pad_token_id=pad_token_id,
+            response_width=max(1, max((len(t) for t in self.trajectories), default=1)),
+            index=self.groups,
+            scores=self.scores,
+            acc=self.acc,
+            data_sources=self.data_sources,
+            reward_baselines=self.baselines,
+        )
+
+
+def reward_contexts(
+    trajectories: list[Trajectory], texts: list[str], prompts: PromptSet
+) -> list[Any]:
+    """One :class:`rewards.RewardContext` per trajectory (``texts``: decoded responses)."""
+    from rewards import RewardContext
+
+    out = []
+    for traj, text in zip(trajectories, texts):
+        i = traj.prompt_index
+        out.append(
+            RewardContext(
+                response=text,
+                ground_truth=prompts.ground_truths[i],
+                prompt=prompts.texts[i] if prompts.texts else "",
+                messages=tuple(prompts.messages[i]) if prompts.messages else (),
+                conversation=None if traj.conversation is None else tuple(traj.conversation),
+                data_source=prompts.data_sources[i],
+                extra_info=prompts.extra_infos[i] if prompts.extra_infos else {},
+                response_length=len(traj),
+            )
+        )
+    return out
 
 
 def score_rollout(
-    rollout: RolloutBatch, prompts: Any, tokenizer: Any, cfg: Any, groups: list[int]
+    trajectories: list[Trajectory], prompts: PromptSet, tokenizer: Any, cfg: Any, groups: list[int]
 ) -> ScoredRollout:
     """Decode responses and score them with the configured reward (+ overlong shaping).
 
-    Reward exceptions and time-outs score 0 and are counted in the metrics
-    (``reward/num_errors``, ``reward/num_timeouts``); the run continues.
+    The reward receives ``data_source``, ``response_length`` (tokens after the prompt,
+    EOS included) and ``DataConfig.reward_options`` as keywords, and whatever else of
+    the :class:`rewards.RewardContext` its signature names (``prompt``, ``messages``,
+    ``conversation``, ``extra_info``, ``context``). Reward exceptions and time-outs
+    score 0 and are counted (``reward/num_errors``, ``reward/num_timeouts``).
     """
     import rewards
 
     d, a = cfg.data, cfg.algorithm
-    texts = tokenizer.batch_decode(rollout.response_ids, skip_special_tokens=True)
-    truths = [prompts.ground_truths[i] for i in rollout.prompt_index]
-    sources = [prompts.data_sources[i] for i in rollout.prompt_index]
-    # response_length (tokens, EOS included) is what the length-shaping rewards read.
+    texts = tokenizer.batch_decode([t.response_ids for t in trajectories], skip_special_tokens=True)
+    contexts = reward_contexts(trajectories, texts, prompts)
     extras = [
-        {**d.reward_options, "data_source": s, "response_length": len(ids)}
-        for s, ids in zip(sources, rollout.response_ids)
+        {**d.reward_options, "data_source": c.data_source, "response_length": c.response_length}
+        for c in contexts
     ]
     result = rewards.score_batch(
-        d.reward, texts, truths, extras, timeout_s=d.reward_timeout_s, num_workers=d.reward_workers
+        d.reward,
+        texts,
+        [c.ground_truth for c in contexts],
+        extras,
+        timeout_s=d.reward_timeout_s,
+        num_workers=d.reward_workers,
+        contexts=contexts,
     )
     scores = [float(s) for s in result.scores]
     acc = [float(info.get("acc", s > 0)) for s, info in zip(scores, result.infos)]
@@ -179,13 +188,14 @@ def score_rollout(
     if a.overlong_buffer_len > 0:
         penalties = [
             rewards.overlong_penalty(
-                len(ids),
+                len(t),
                 max_length=cfg.rollout.max_response_length,
                 buffer_length=a.overlong_buffer_len,
                 penalty_factor=a.overlong_penalty_factor,
             )
-            for ids in rollout.response_ids
+            for t in trajectories
         ]
         scores = [s + p for s, p in zip(scores, penalties)]
         metrics["reward/overlong_penalty_sum"] = float(sum(penalties))
-    return ScoredRollout(rollout, list(groups), scores, acc, sources, None, metrics)
+    sources = [c.data_source for c in contexts]
+    return ScoredRollout(list(trajectories), list(groups), scores, acc, sources, None, metrics)

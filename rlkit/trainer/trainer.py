@@ -2,9 +2,15 @@
 
 Each step reads as one straight line::
 
-    rollout -> reward -> (dynamic sampling) -> old/ref log-probs, values
-            -> (KL in reward) -> advantages -> critic update -> actor update
-            -> weight sync -> metrics
+    rollout + reward -> forward passes -> advantages -> update -> weight sync
+
+The :class:`~rlkit.trainer.algorithm.Algorithm` declares which forward passes
+(old / reference log-probs, critic values) and extra rollouts (greedy baselines)
+a step needs, and computes advantages and losses; the trainer runs only what is
+declared. Data between the phases is typed: rollouts become
+:class:`~rlkit.rollout.trajectory.Trajectory` rows, scored into a
+:class:`~rlkit.trainer.scoring.ScoredRollout`, padded into a
+:class:`~rlkit.trainer.batch.TrainBatch`.
 
 Every process holds the whole global batch (rollouts are exchanged after
 generation), so group statistics, filters, advantages and metrics are computed
@@ -27,13 +33,14 @@ import gin
 import numpy as np
 import torch
 
-import algorithms
-from rlkit.registry import ESTIMATORS, ROLLOUT_ENGINES
+from rlkit.distributed import collectives as comm
+from rlkit.models.loading import check_model_dir
+from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
-from rlkit.trainer import collectives as comm
+from rlkit.rollout.trajectory import trajectories_from_rollout
+from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.batch import (
-    Batch,
-    build_batch,
+    TrainBatch,
     length_sorted_split,
     pad_rows_to_multiple,
     shard_rows,
@@ -42,7 +49,6 @@ from rlkit.trainer.batch import (
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from rlkit.trainer.config import ExperimentConfig
 from rlkit.trainer.metrics import WeightedMeans, data_metrics
-from rlkit.trainer.modules import check_model_dir
 from rlkit.trainer.prompts import PromptSampler, PromptSet, tokenize_prompts
 from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
@@ -98,26 +104,15 @@ class RLTrainer:
             len(self.train_prompts), seed=cfg.trainer.seed, shuffle=cfg.data.shuffle
         )
 
-        self.estimator = ESTIMATORS.entry(cfg.algorithm.adv_estimator)
-        self.policy_loss = algorithms.get_loss(cfg.algorithm.policy_loss)
-        self.needs_critic = bool(self.estimator.extra.get("needs_values", False))
-        self.needs_baseline = bool(self.estimator.extra.get("needs_reward_baselines", False))
-        self.needs_ref = cfg.algorithm.use_kl_loss or cfg.algorithm.use_kl_in_reward
-        self.on_policy = self._exactly_on_policy()
+        self.algorithm = Algorithm(cfg)
 
         self.actor, self.actor_opt, self.actor_sched, self.ref = self._build_actor()
         self.kernel_choices = kernels.apply_kernels(
             self.backend.unwrap(self.actor).backbone, overrides=cfg.model.kernel_overrides or None
         )
         self.critic = self.critic_opt = self.critic_sched = None
-        if self.needs_critic:
+        if self.needs.values:
             self.critic, self.critic_opt, self.critic_sched = self._build_critic()
-        self.kl_ctrl = algorithms.make_kl_controller(
-            kind=cfg.algorithm.kl_ctrl_type,
-            kl_coef=cfg.algorithm.kl_coef,
-            target_kl=cfg.algorithm.kl_target,
-            horizon=cfg.algorithm.kl_horizon,
-        )
 
         from rlkit.trainer.policy_weights import TrainerPolicyWeights
 
@@ -154,25 +149,16 @@ class RLTrainer:
             )
             self._print(
                 f"rlkit: platform={self.platform.name} processes={self.world} "
-                f"estimator={self.estimator.name} loss={cfg.algorithm.policy_loss} "
+                f"estimator={self.algorithm.estimator.name} "
+                f"loss={self.algorithm.policy_loss.name} "
                 f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
                 + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
             )
 
-    def _exactly_on_policy(self) -> bool:
-        """True when the one update of a step sees exactly the policy that generated.
-
-        Then pi_old equals the current policy, so the separate old-log-prob forward is
-        skipped and ``sg(log pi_theta)`` stands in for it (as TRL does), unless something
-        needs old log-probs before the update (KL in the reward, rollout correction).
-        """
-        a, o = self.cfg.algorithm, self.cfg.optim
-        return (
-            o.ppo_epochs == 1
-            and o.ppo_mini_batch_size >= self.cfg.data.train_batch_size
-            and not a.use_kl_in_reward
-            and a.rollout_is_level is None
-        )
+    @property
+    def needs(self) -> Needs:
+        """What this run's algorithm declared a step must compute."""
+        return self.algorithm.needs
 
     def _seed_everything(self, seed: int) -> None:
         random.seed(seed)
@@ -247,7 +233,8 @@ class RLTrainer:
         return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
     def _build_actor(self):
-        from rlkit.trainer.modules import ActorModule, add_lora, load_causal_lm
+        from rlkit.models.loading import add_lora, load_causal_lm
+        from rlkit.trainer.modules import ActorModule
 
         m, o = self.cfg.model, self.cfg.optim
         if m.dtype != "float32" and m.lora_rank == 0:
@@ -275,7 +262,7 @@ class RLTrainer:
             self._optimizer_factory(o.lr),
         )
         ref = None
-        if self.needs_ref and m.lora_rank == 0:
+        if self.needs.ref_log_probs and m.lora_rank == 0:
             ref_backbone = load_causal_lm(m.path, dtype=m.dtype, gguf_file=m.gguf_file)
             ref_backbone.requires_grad_(False)
             ref, _ = self.backend.prepare(
@@ -289,7 +276,8 @@ class RLTrainer:
         return actor, opt, self._scheduler(opt), ref
 
     def _build_critic(self):
-        from rlkit.trainer.modules import CriticModule, load_critic_backbone
+        from rlkit.models.loading import load_critic_backbone
+        from rlkit.trainer.modules import CriticModule
 
         m = self.cfg.model
         backbone = load_critic_backbone(
@@ -320,7 +308,7 @@ class RLTrainer:
         state, rng = self.checkpoints.load(path, self._checkpoint_modules())
         self.step_count = state["step"]
         self.sampler.load_state_dict(state["sampler"])
-        self.kl_ctrl.load_state_dict(state["kl_ctrl"])
+        self.algorithm.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.actor_sched.load_state_dict(state["actor_sched"])
         if self.critic_sched is not None:
             self.critic_sched.load_state_dict(state["critic_sched"])
@@ -333,7 +321,7 @@ class RLTrainer:
         state = {
             "step": self.step_count,
             "sampler": self.sampler.state_dict(),
-            "kl_ctrl": self.kl_ctrl.state_dict(),
+            "kl_ctrl": self.algorithm.kl_ctrl.state_dict(),
             "actor_sched": self.actor_sched.state_dict(),
             "critic_sched": self.critic_sched.state_dict() if self.critic_sched else None,
         }
@@ -379,7 +367,7 @@ class RLTrainer:
                 {self.out_dir.name: self.out_dir / "metrics.jsonl"},
                 self.out_dir / "learning_curve.png",
                 keys=("critic/score/mean", "val/*"),
-                title=f"{self.estimator.name} + {self.cfg.algorithm.policy_loss}",
+                title=self.algorithm.name,
             )
         return self.metrics_history
 
@@ -388,32 +376,14 @@ class RLTrainer:
         timer = PhaseTimer()
         self.platform.reset_peak_memory_stats()
         with timer("step"):
-            batch, metrics = self._collect_batch(timer)
+            batch, metrics = self._collect_batch(timer)  # rollout + reward
             if batch is None:
                 self.step_count += 1
                 return metrics | timer.metrics(0)
-            if not self.on_policy:  # else the update's own forward gives them (detached)
-                with timer("old_log_prob"):
-                    batch["old_log_probs"], entropy = self._forward_logprobs(
-                        self.actor, batch, entropy=True
-                    )
-                metrics["actor/entropy"] = _masked_mean(entropy, batch["response_mask"])
-            if self.needs_ref:
-                with timer("ref"):
-                    batch["ref_log_probs"] = self._reference_logprobs(batch)
-            if self.critic is not None:
-                with timer("values"):
-                    batch["values"] = self._forward_rows(
-                        self.critic, batch, lambda m, mb: m(mb.tensors, mb.prompt_width)
-                    )
+            metrics |= self._forward_passes(batch, timer)
             with timer("adv"):
-                metrics |= self._compute_advantages(batch)
-            if self.critic is not None:
-                with timer("update_critic"):
-                    metrics |= self._update_critic(batch)
-            if self.step_count >= self.cfg.algorithm.critic_warmup:
-                with timer("update_actor"):
-                    metrics |= self._update_actor(batch)
+                metrics |= self.algorithm.compute_advantages(batch)
+            metrics |= self._update(batch, timer)
             with timer("weight_sync"):
                 metrics |= {
                     k: v
@@ -427,6 +397,35 @@ class RLTrainer:
             max_prompt_length=self.cfg.data.max_prompt_length,
         )
         metrics |= self._perf_metrics(batch, timer)
+        return metrics
+
+    def _forward_passes(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
+        """The no-grad forwards the algorithm declared: old and reference log-probs, values."""
+        metrics: dict[str, float] = {}
+        if self.needs.old_log_probs:  # else the update's own forward gives them (detached)
+            with timer("old_log_prob"):
+                batch.old_log_probs, batch.entropy = self._forward_logprobs(
+                    self.actor, batch, entropy=True
+                )
+            metrics["actor/entropy"] = _masked_mean(batch.entropy, batch.loss_mask)
+        if self.needs.ref_log_probs:
+            with timer("ref"):
+                batch.ref_log_probs = self._reference_logprobs(batch)
+        if self.needs.values:
+            with timer("values"):
+                batch.values = self._forward_rows(
+                    self.critic, batch, lambda m, mb: m(mb.model_inputs(), mb.prompt_width)
+                )
+        return metrics
+
+    def _update(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        if self.critic is not None:
+            with timer("update_critic"):
+                metrics |= self._update_critic(batch)
+        if self.step_count >= self.cfg.algorithm.critic_warmup:
+            with timer("update_actor"):
+                metrics |= self._update_actor(batch)
         return metrics
 
     # -------------------------------------------------------------- rollout
@@ -458,14 +457,16 @@ class RLTrainer:
         mine = indices[self.rank * per : (self.rank + 1) * per]
         with timer("gen"):
             rollout = self.engine.generate([prompts.token_ids[i] for i in mine], params)
+        trajectories = trajectories_from_rollout(rollout, policy_version=self.weights.version)
         # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
-        groups = [self.rank * per + j for j in rollout.prompt_index]
-        rollout.prompt_index = [mine[j] for j in rollout.prompt_index]
+        groups = [self.rank * per + t.prompt_index for t in trajectories]
+        for traj in trajectories:
+            traj.prompt_index = mine[traj.prompt_index]
         with timer("reward"):
-            scored = score_rollout(rollout, prompts, self.tokenizer, self.cfg, groups)
+            scored = score_rollout(trajectories, prompts, self.tokenizer, self.cfg, groups)
         return ScoredRollout.concat(comm.gather_objects(scored))
 
-    def _collect_batch(self, timer: PhaseTimer) -> tuple[Batch | None, dict[str, float]]:
+    def _collect_batch(self, timer: PhaseTimer) -> tuple[TrainBatch | None, dict[str, float]]:
         """Rollout + reward (+ DAPO dynamic sampling) for one step's global batch."""
         a, d = self.cfg.algorithm, self.cfg.data
         kept: list[ScoredRollout] = []
@@ -474,7 +475,7 @@ class RLTrainer:
             num_gen += 1
             indices = self.sampler.next(d.train_batch_size)
             scored = self._generate_and_score(self.train_prompts, indices, self._sampling(), timer)
-            if self.needs_baseline:
+            if self.needs.greedy_baseline:
                 base = self._generate_and_score(
                     self.train_prompts, indices, self._sampling(greedy_single=True), timer
                 )
@@ -505,37 +506,29 @@ class RLTrainer:
             )
             metrics["train/skipped_step"] = 1.0
             return None, metrics
-        # Pad to the longest response actually generated, not the configured maximum:
-        # every forward and backward then processes fewer positions.
-        batch = build_batch(
-            rollout.rollout,
-            pad_token_id=self.tokenizer.pad_token_id,
-            response_width=max(1, max(len(r) for r in rollout.rollout.response_ids)),
-        )
-        rollout.fill(batch)
-        return batch, metrics
+        return rollout.to_batch(pad_token_id=self.tokenizer.pad_token_id), metrics
 
     # -------------------------------------------------------- forward passes
-    def _micro_batches(self, local: Batch) -> list[torch.Tensor]:
+    def _micro_batches(self, local: TrainBatch) -> list[torch.Tensor]:
         o = self.cfg.optim
         if not o.use_dynamic_bsz:
             return length_sorted_split(
-                local["prompt_lengths"], local["response_lengths"], o.micro_batch_size
+                local.prompt_lengths, local.response_lengths, o.micro_batch_size
             )
-        lengths = local["prompt_lengths"] + local["response_lengths"]
+        lengths = local.prompt_lengths + local.response_lengths
         parts = token_budget_split(lengths, o.max_token_len_per_micro_batch)
         agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
         return token_budget_split(lengths, o.max_token_len_per_micro_batch, min_parts=agreed)
 
-    def _local_share(self, batch: Batch) -> Batch:
+    def _local_share(self, batch: TrainBatch) -> TrainBatch:
         padded = pad_rows_to_multiple(batch, self.world)
         return padded.select(shard_rows(len(padded), self.rank, self.world))
 
     @torch.no_grad()
-    def _forward_rows(self, module, batch: Batch, fn) -> torch.Tensor:
+    def _forward_rows(self, module, batch: TrainBatch, fn) -> torch.Tensor:
         """Apply ``fn(module, micro_batch) -> (b, T)`` to this process's share; gather globally."""
         local = self._local_share(batch).to(self.backend.device)
-        width = local["responses"].shape[1]
+        width = local.responses.shape[1]
         out: torch.Tensor | None = None
         for rows in self._micro_batches(local):
             # A dummy forward (no rows) keeps ranks in step.
@@ -547,76 +540,27 @@ class RLTrainer:
                 out[rows, : value.shape[1]] = value
         return comm.gather_rows(out)[: len(batch)]
 
-    def _forward_logprobs(self, module, batch: Batch, *, entropy: bool = False):
+    def _forward_logprobs(self, module, batch: TrainBatch, *, entropy: bool = False):
         temp = self.cfg.rollout.temperature
         if not entropy:
             return self._forward_rows(
-                module, batch, lambda m, mb: m(mb.tensors, mb.prompt_width, temp, False)[0]
+                module, batch, lambda m, mb: m(mb.model_inputs(), mb.prompt_width, temp, False)[0]
             )
         pair = self._forward_rows(
             module,
             batch,
-            lambda m, mb: torch.stack(m(mb.tensors, mb.prompt_width, temp, True), dim=-1),
+            lambda m, mb: torch.stack(m(mb.model_inputs(), mb.prompt_width, temp, True), dim=-1),
         )  # (B, T, 2)
         return pair[..., 0].contiguous(), pair[..., 1].contiguous()
 
-    def _reference_logprobs(self, batch: Batch) -> torch.Tensor:
+    def _reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         if self.ref is not None:
             return self._forward_logprobs(self.ref, batch)
         with self.backend.unwrap(self.actor).reference_context():  # LoRA: adapters off
             return self._forward_logprobs(self.actor, batch)
 
-    # ------------------------------------------------------------ advantages
-    def _compute_advantages(self, batch: Batch) -> dict[str, float]:
-        a = self.cfg.algorithm
-        mask = batch["response_mask"]
-        metrics: dict[str, float] = {}
-        rewards = batch["token_level_scores"]
-        if a.use_kl_in_reward:
-            kl = (
-                algorithms.kl_penalty(batch["old_log_probs"], batch["ref_log_probs"], a.kl_penalty)
-                * mask
-            )
-            rewards = rewards - self.kl_ctrl.value * kl
-            seq_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
-            self.kl_ctrl.update(seq_kl, n_steps=len(batch))
-            metrics |= {
-                "actor/reward_kl_penalty": seq_kl,
-                "actor/reward_kl_penalty_coeff": self.kl_ctrl.value,
-            }
-        batch["token_level_rewards"] = rewards
-        adv, ret = self.estimator.fn(
-            rewards,
-            mask,
-            index=batch["index"],
-            values=batch.get("values"),
-            reward_baselines=batch.get("reward_baselines"),
-            gamma=a.gamma,
-            lam=a.lam,
-            norm_by_std=a.norm_adv_by_std_in_grpo,
-            **a.estimator_options,
-        )
-        batch["advantages"], batch["returns"] = adv, ret
-        if a.rollout_is_level is not None:
-            weights, is_metrics = algorithms.rollout_is_weights(
-                batch["old_log_probs"],
-                batch["rollout_log_probs"],
-                mask,
-                level=a.rollout_is_level,
-                mode=a.rollout_is_mode,
-                threshold=a.rollout_is_threshold,
-                threshold_low=a.rollout_is_threshold_low,
-            )
-            batch["rollout_is_weights"] = weights
-            metrics |= {k: float(v) for k, v in is_metrics.items()}
-        if "old_log_probs" in batch:  # on-policy updates report the mean in the update
-            diff = (batch["old_log_probs"] - batch["rollout_log_probs"]).abs() * mask
-            metrics["rollout/logprob_diff_max"] = diff.max().item() if mask.any() else 0.0
-            metrics["rollout/logprob_abs_diff_mean"] = _masked_mean(diff, mask)
-        return metrics
-
     # ---------------------------------------------------------------- updates
-    def _minibatches(self, batch: Batch) -> list[Batch]:
+    def _minibatches(self, batch: TrainBatch) -> list[TrainBatch]:
         o = self.cfg.optim
         rows = o.ppo_mini_batch_size * self.cfg.rollout.n
         out = []
@@ -631,14 +575,6 @@ class RLTrainer:
             out += [batch.select(mb) for mb in order.split(rows)]
         return out
 
-    def _global_norms(self, mini: Batch) -> dict[str, Any]:
-        mask = mini["response_mask"]
-        return {
-            "num_tokens": mask.sum().clamp(min=1).item(),
-            "num_seqs": (mask.sum(-1) > 0).sum().clamp(min=1).item(),
-            "norm_length": self.cfg.rollout.max_response_length,
-        }
-
     def _optimizer_step(self, module, optimizer, finite: bool) -> tuple[float, bool]:
         """Clip, then step unless the loss or the gradient is not finite (decided globally)."""
         grad_norm = self.backend.clip_grad_norm_(module, self.cfg.optim.grad_clip)
@@ -649,7 +585,7 @@ class RLTrainer:
         optimizer.zero_grad(set_to_none=True)
         return grad_norm, ok
 
-    def _optimize(self, prefix: str, module, optimizer, scheduler, batch: Batch, loss_fn):
+    def _optimize(self, prefix: str, module, optimizer, scheduler, batch: TrainBatch, loss_fn):
         """Mini-batch / micro-batch loop shared by the actor and the critic updates.
 
         ``loss_fn(micro, norms) -> (loss, additive, parts)``: ``loss`` is normalised by the
@@ -663,20 +599,20 @@ class RLTrainer:
         means, skipped, totals = WeightedMeans(), 0, []
         minibatches = self._minibatches(batch)
         for mini in minibatches:
-            norms = self._global_norms(mini)
+            norms = self.algorithm.normalisers(mini)
             local = self._local_share(mini).to(self.backend.device)
             finite, sums = True, {}
             for rows in self._micro_batches(local):
                 micro = local.select(rows if len(rows) else [0]).trimmed()
                 if not len(rows):  # a dummy pass keeps ranks in step and adds nothing
-                    micro.tensors["response_mask"] = torch.zeros_like(micro["response_mask"])
+                    micro.loss_mask = torch.zeros_like(micro.loss_mask)
                 loss, additive, parts = loss_fn(micro, norms)
                 finite &= bool(torch.isfinite(loss))
                 if finite:
                     self.backend.backward(loss * self.world)  # ranks' grads are averaged
                 for key, value in additive.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
-                means.add(parts, weight=float(micro["response_mask"].sum()))
+                means.add(parts, weight=float(micro.loss_mask.sum()))
             grad_norm, ok = self._optimizer_step(module, optimizer, finite)
             skipped += int(not ok)
             keys = sorted(sums)
@@ -700,7 +636,7 @@ class RLTrainer:
             )
         return out, len(minibatches) - skipped
 
-    def _update_actor(self, batch: Batch) -> dict[str, float]:
+    def _update_actor(self, batch: TrainBatch) -> dict[str, float]:
         a = self.cfg.algorithm
         out, applied = self._optimize(
             "actor", self.actor, self.actor_opt, self.actor_sched, batch, self._actor_loss
@@ -708,80 +644,34 @@ class RLTrainer:
         for _ in range(applied):
             self.weights.bump()
         if a.use_kl_in_reward or a.use_kl_loss:
-            out["actor/kl_coef"] = self.kl_ctrl.value if a.use_kl_in_reward else a.kl_loss_coef
+            kl_coef = self.algorithm.kl_ctrl.value if a.use_kl_in_reward else a.kl_loss_coef
+            out["actor/kl_coef"] = kl_coef
         return out
 
-    def _actor_loss(
-        self, micro: Batch, norms: dict[str, Any]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]:
-        """(loss, additive pg/total loss, token-mean metrics) of one micro-batch."""
-        a = self.cfg.algorithm
-        mask = micro["response_mask"]
+    def _actor_loss(self, micro: TrainBatch, norms: dict[str, Any]):
         logp, entropy = self.actor(
-            micro.tensors,
+            micro.model_inputs(),
             micro.prompt_width,
             self.cfg.rollout.temperature,
-            a.entropy_coeff != 0 or self.on_policy,
+            self.needs.entropy,
         )
-        # Exactly on-policy, the old policy is the current one: pi_old = sg(pi_theta).
-        old_log_probs = logp.detach() if self.on_policy else micro["old_log_probs"]
-        pg_loss, pg_metrics = self.policy_loss(
-            old_log_probs,
-            logp,
-            micro["advantages"],
-            mask,
-            loss_agg_mode=a.loss_agg_mode,
-            clip_ratio=a.clip_ratio,
-            clip_ratio_low=a.clip_ratio_low,
-            clip_ratio_high=a.clip_ratio_high,
-            clip_ratio_c=a.clip_ratio_c,
-            rollout_is_weights=micro.get("rollout_is_weights"),
-            **norms,
-            **a.loss_options,
-        )
-        loss = pg_loss
-        parts = {f"actor/{k}": v for k, v in pg_metrics.items()}
-        if self.on_policy:  # metrics the skipped old-log-prob pass would have given
-            tokens = mask.sum().clamp(min=1)
-            parts["actor/entropy"] = (entropy.detach() * mask).sum() / tokens
-            diff = (logp.detach() - micro["rollout_log_probs"]).abs() * mask
-            parts["rollout/logprob_abs_diff_mean"] = diff.sum() / tokens
-        if a.entropy_coeff != 0:
-            ent = algorithms.aggregate_loss(entropy, mask, a.loss_agg_mode, **norms)
-            loss = loss - a.entropy_coeff * ent
-        if a.use_kl_loss:
-            kl = algorithms.kl_penalty(logp, micro["ref_log_probs"], a.kl_loss_type)
-            kl_loss = algorithms.aggregate_loss(kl, mask, a.loss_agg_mode, **norms)
-            loss = loss + a.kl_loss_coef * kl_loss
-            parts["actor/kl_loss"] = (kl * mask).sum() / mask.sum().clamp(min=1)
-        return loss, {"actor/pg_loss": pg_loss.detach(), "actor/loss": loss.detach()}, parts
+        return self.algorithm.actor_loss(micro, logp, entropy, norms)
 
-    def _update_critic(self, batch: Batch) -> dict[str, float]:
+    def _update_critic(self, batch: TrainBatch) -> dict[str, float]:
         out, _ = self._optimize(
             "critic", self.critic, self.critic_opt, self.critic_sched, batch, self._critic_loss
         )
         return out
 
-    def _critic_loss(self, micro: Batch, norms: dict[str, Any]):
-        """(clipped value loss, additive vf_loss, token-mean metrics) of one micro-batch."""
-        vpreds = self.critic(micro.tensors, micro.prompt_width)
-        loss, vf_metrics = algorithms.value_loss(
-            vpreds,
-            micro["returns"],
-            micro["values"],
-            micro["response_mask"],
-            cliprange_value=self.cfg.optim.cliprange_value,
-            loss_agg_mode=self.cfg.algorithm.loss_agg_mode,
-            **norms,
-        )
-        parts = {f"critic/{k}": v for k, v in vf_metrics.items()}
-        return loss, {"critic/vf_loss": loss.detach()}, parts
+    def _critic_loss(self, micro: TrainBatch, norms: dict[str, Any]):
+        vpreds = self.critic(micro.model_inputs(), micro.prompt_width)
+        return self.algorithm.critic_loss(micro, vpreds, norms)
 
     # ------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Generate ``val_n`` responses per held-out prompt; mean@k and pass@k per data source."""
-        from rlkit.evaluation import mean_and_pass_at_k
+        from rlkit.metrics.pass_at_k import mean_and_pass_at_k
 
         prompts = self.val_prompts
         timer = PhaseTimer()
@@ -791,7 +681,7 @@ class RLTrainer:
             )
         correct: dict[str, dict[int, list[bool]]] = {}
         scores: dict[str, list[float]] = {}
-        for i, p_idx in enumerate(scored.rollout.prompt_index):
+        for i, p_idx in enumerate(scored.prompt_index):
             source = prompts.data_sources[p_idx]
             correct.setdefault(source, {}).setdefault(p_idx, []).append(bool(scored.acc[i]))
             scores.setdefault(source, []).append(scored.scores[i])
@@ -803,8 +693,8 @@ class RLTrainer:
         return out
 
     # --------------------------------------------------------------- metrics
-    def _perf_metrics(self, batch: Batch, timer: PhaseTimer) -> dict[str, float]:
-        tokens = int(batch["prompt_lengths"].sum() + batch["response_lengths"].sum())
+    def _perf_metrics(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
+        tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         out = timer.metrics(tokens)
         step_s = timer.seconds.get("step", 0.0)
         out["perf/total_num_tokens"] = float(tokens)

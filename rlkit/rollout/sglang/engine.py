@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from rlkit.distributed import collectives as comm
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
 from rlkit.rollout.sglang import logprob_check, weight_sync
 from rlkit.rollout.sglang.client import (
@@ -46,27 +47,6 @@ from rlkit.rollout.sglang.client import (
 )
 from rlkit.rollout.sglang.pool import Endpoint, NoHealthyServerError, RolloutError, ServerPool
 from rlkit.rollout.sglang.server import ServerConfig, find_free_port, start_servers
-
-
-def _dist() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-def _broadcast_object(obj: Any) -> Any:
-    """``obj`` from the main process, on every process (identity with one process)."""
-    _, world = _dist()
-    if world == 1:
-        return obj
-    box = [obj]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def _barrier() -> None:
-    if _dist()[1] > 1:
-        torch.distributed.barrier()
 
 
 def read_vocab_size(model_path: str | None) -> int | None:
@@ -153,7 +133,7 @@ class SGLangEngine(RolloutEngine):
             server, num_servers, urls, router_url, max_concurrency, max_retries, weight_sync,
             log_prob_mode, bucket_mb, keep_snapshots,
         )  # fmt: skip
-        self.rank, self.world = _dist()
+        self.rank, self.world = comm.world()
         self.server_config = server
         self.log_dir = Path(log_dir)
         self.max_concurrency = max_concurrency
@@ -203,7 +183,7 @@ class SGLangEngine(RolloutEngine):
             except BaseException:
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 raise
-        owned_urls = _broadcast_object([s.url for s in servers])
+        owned_urls = comm.broadcast_object([s.url for s in servers])
         endpoints = [Endpoint(s.url, s) for s in servers] if self.rank == 0 else []
         endpoints += [Endpoint(u) for u in owned_urls] if self.rank != 0 else []
         attached = [Endpoint(u.rstrip("/")) for u in urls]
@@ -418,15 +398,15 @@ class SGLangEngine(RolloutEngine):
             self._verify(weights, targets) if self.verify_sync else float("nan")
         )
         metrics["timing_s/weight_sync_verify"] = time.perf_counter() - start
-        _barrier()
+        comm.barrier()
         return metrics
 
     def _sync_disk(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
-        tmp = _broadcast_object(
+        tmp = comm.broadcast_object(
             str(weight_sync.new_tmp_dir(self.sync_dir)) if self.rank == 0 else None
         )
         weights.save_pretrained(tmp)  # a collective under FSDP: every process calls it
-        _barrier()
+        comm.barrier()
         if self.rank != 0:
             return
         final = weight_sync.publish_snapshot(
@@ -467,7 +447,7 @@ class SGLangEngine(RolloutEngine):
         if self.rank == 0:
             self._ensure_group(targets)
             self._run(self._all(targets, "/begin_weight_update", {}))
-        device = _broadcast_device(self.dist_backend)
+        device = comm.transport_device(self.dist_backend)
         try:
             for bucket in weight_sync.buckets(weights.named_tensors(), self.bucket_bytes):
                 if self.rank != 0:
@@ -632,14 +612,6 @@ def _raise_unless_all_ok(results: list[Any], path: str, targets: list[Endpoint])
     for e, r in zip(targets, results):
         if isinstance(r, dict) and r.get("success") is False:
             raise weight_sync.WeightSyncError(f"{e.url}{path} failed: {r.get('message')}")
-
-
-def _broadcast_device(backend: str) -> torch.device:
-    if backend == "gloo":
-        return torch.device("cpu")
-    from rlkit.device import current
-
-    return current().device()
 
 
 def _for_index(config: ServerConfig, index: int) -> ServerConfig:

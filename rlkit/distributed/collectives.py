@@ -1,8 +1,10 @@
-"""Cross-process exchange of rollouts and per-row tensors (identity with one process).
+"""Cross-process exchange over the default process group (identity with one process).
 
-The trainer keeps the whole global batch on every process (as verl's single
-controller does), so advantages, group filters and metrics are computed on the
-global batch identically everywhere; only forward/backward passes are sharded.
+Used by the trainer (rollouts and per-row tensors), the HF rollout engine (FSDP
+lock-step) and the SGLang engine (server URLs, weight-sync paths). The trainer
+keeps the whole global batch on every process (as verl's single controller does),
+so advantages, group filters and metrics are computed on the global batch
+identically everywhere; only forward/backward passes are sharded.
 """
 
 from __future__ import annotations
@@ -20,13 +22,32 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def _comm_device() -> torch.device:
-    # gloo moves CPU tensors; nccl/hccl only move tensors on the accelerator.
-    if dist.get_backend() == "gloo":
+def transport_device(backend: str | None = None) -> torch.device:
+    """Where tensors must be to travel over ``backend`` (default: the default group's).
+
+    gloo moves CPU tensors; nccl/hccl only move tensors on the accelerator.
+    """
+    if (backend or dist.get_backend()) == "gloo":
         return torch.device("cpu")
     from rlkit.device import current
 
     return current().device()
+
+
+def broadcast_object(obj: Any) -> Any:
+    """``obj`` from the main process (rank 0), on every process."""
+    _, size = world()
+    if size == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    """Wait for every process (nothing to wait for with one process)."""
+    if world()[1] > 1:
+        dist.barrier()
 
 
 def gather_objects(obj: Any) -> list[Any]:
@@ -44,7 +65,7 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
     _, size = world()
     if size == 1:
         return tensor
-    local = tensor.contiguous().to(_comm_device())
+    local = tensor.contiguous().to(transport_device())
     parts = [torch.empty_like(local) for _ in range(size)]
     dist.all_gather(parts, local)
     return torch.cat(parts, dim=0).to(tensor.device)
@@ -55,7 +76,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
     _, size = world()
     if size > 1:
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-        moved = tensor.to(_comm_device())
+        moved = tensor.to(transport_device())
         dist.all_reduce(moved, op=ops[op])
         tensor.copy_(moved)
     return tensor

@@ -5,7 +5,7 @@ The (tokens x vocab) logits are the largest activation of LLM RL: 8k tokens x
 tokens are processed ``chunk_size`` rows at a time. The forward pass keeps only
 three numbers per token (``log p(label)``, entropy, log-sum-exp); the backward
 pass recomputes each chunk's logits from the hidden states and applies the
-analytic gradient of :mod:`rlkit.ops.softmax_stats`, so no (tokens x vocab)
+analytic gradient of :mod:`rlkit.kernels.softmax_stats`, so no (tokens x vocab)
 tensor ever exists. The price is one extra ``hidden @ W^T`` per chunk in the
 backward pass.
 
@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from rlkit.ops.softmax_stats import block_grad_, block_stats_
+from rlkit.kernels.softmax_stats import block_grad_, block_stats_
 
 #: ``(z, labels, compute_entropy, scratch) -> (log_p, entropy | None, lse)``; may
-#: overwrite ``z`` and ``scratch`` (see :func:`rlkit.ops.softmax_stats.block_stats_`).
+#: overwrite ``z`` and ``scratch`` (see :func:`rlkit.kernels.softmax_stats.block_stats_`).
 BlockStats = Callable[..., tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]
 
 

@@ -15,6 +15,7 @@ import torch
 
 import rlkit.device
 from rlkit.device.platform import Platform
+from rlkit.kernels import KernelUnavailableError, choose, describe
 
 #: Packages whose presence changes which kernels can run.
 _PACKAGES = ("torch", "transformers", "torch_npu", "flash_attn", "liger_kernel", "gin-config")
@@ -65,8 +66,6 @@ def _other_platforms(active: Platform) -> list[str]:
 
 
 def _kernel_section(platform: Platform, show_all: bool) -> list[str]:
-    from rlkit.kernels import KernelUnavailableError, choose, describe
-
     statuses = describe(platform)
     chosen_rows = [("op", "kernel", "why")]
     for op in dict.fromkeys(s.op for s in statuses):

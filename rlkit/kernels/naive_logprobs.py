@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlkit.ops.chunked_logprobs import compute_dtype
+from rlkit.kernels.chunked_logprobs import compute_dtype
 
 
 def naive_linear_logprobs(

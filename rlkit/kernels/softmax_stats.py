@@ -14,7 +14,7 @@ Gradient w.r.t. ``z`` (``g_lp``, ``g_H`` are the upstream gradients per row)::
 
 Both functions work in place in two (rows x vocab) buffers, ``z`` and
 ``scratch``, so a chunk costs exactly two such buffers and a caller can reuse
-them across chunks (:mod:`rlkit.ops.chunked_logprobs` does).
+them across chunks (:mod:`rlkit.kernels.chunked_logprobs` does).
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""Loading local Hugging Face models: the causal LM, the critic's trunk, LoRA adapters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_model_dir(path: str) -> Path:
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(
+            f"model path {path!r} is not a directory; set ModelConfig.path to a local "
+            f"Hugging Face model directory (config.json + weights)"
+        )
+    if not (p / "config.json").exists() and not any(p.glob("*.gguf")):
+        raise FileNotFoundError(f"model directory {path!r} has no config.json (nor a .gguf file)")
+    return p
+
+
+def load_causal_lm(
+    path: str,
+    *,
+    dtype: str = "float32",
+    gguf_file: str | None = None,
+    gradient_checkpointing: bool = False,
+) -> PreTrainedModel:
+    """Load a local causal LM (``gguf_file`` dequantises a GGUF checkpoint)."""
+    check_model_dir(path)
+    if dtype not in DTYPES:
+        raise ValueError(f"ModelConfig.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+def load_critic_backbone(
+    path: str, *, dtype: str = "float32", gguf_file: str | None = None
+) -> PreTrainedModel:
+    """The critic's trunk: the base model without the language-model head."""
+    check_model_dir(path)
+    config = AutoConfig.from_pretrained(path, gguf_file=gguf_file)
+    return AutoModel.from_pretrained(path, config=config, dtype=DTYPES[dtype], gguf_file=gguf_file)
+
+
+def add_lora(
+    model: PreTrainedModel, *, rank: int, alpha: int, target_modules: str | tuple[str, ...]
+) -> nn.Module:
+    """Wrap ``model`` with peft LoRA adapters (only they train)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:  # pragma: no cover - peft is a declared extra
+        raise ImportError("LoRA needs peft: pip install 'rlkit[lora]'") from exc
+    targets = target_modules if isinstance(target_modules, str) else list(target_modules)
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
