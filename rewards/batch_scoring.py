@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewards.context import RewardContext, context_kwargs
+from rewards.context import RewardContext, context_kwargs, fields_read
 from rewards.time_limit import RewardTimeout, call_with_time_limit
 from rewards.worker_pool import CallResult, RewardWorkerPool
 from rlkit.registry import REWARDS
@@ -208,7 +208,8 @@ def score_batch(
     if contexts is not None:
         if len(contexts) != len(rows):
             raise ValueError(f"{len(contexts)} contexts for {len(rows)} responses; pass one each")
-        rows = [{**extra, **context_kwargs(fn, c)} for extra, c in zip(rows, contexts)]
+        reads = fields_read(fn)  # once: a signature costs more than most rewards
+        rows = [{**extra, **context_kwargs(reads, c)} for extra, c in zip(rows, contexts)]
     calls = list(zip(responses, ground_truths, rows))
     if num_workers == 0 or not calls:
         results = _score_inline(fn, calls, timeout_s)

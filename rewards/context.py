@@ -71,10 +71,10 @@ def fields_read(fn: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(name for name in (*READABLE, "context") if name in named)
 
 
-def context_kwargs(fn: Callable[..., Any], context: RewardContext) -> dict[str, Any]:
-    """The keyword arguments ``fn`` reads from ``context`` (see :func:`fields_read`)."""
+def context_kwargs(reads: tuple[str, ...], context: RewardContext) -> dict[str, Any]:
+    """The keyword arguments for the fields ``reads`` (:func:`fields_read` of a reward)."""
     out: dict[str, Any] = {}
-    for name in fields_read(fn):
+    for name in reads:
         if name == "context":
             out[name] = context
         elif name in ("messages", "conversation"):

@@ -7,6 +7,7 @@ import pytest
 from rlkit.data import (
     GSM8K_INSTRUCTION,
     PromptDataError,
+    decode_extra_info,
     load_prompt_dataset,
     load_report,
     render_prompt,
@@ -28,7 +29,7 @@ def write_jsonl(path, rows, extra_lines=()):
 def test_jsonl_rows_map_to_the_schema_with_an_instruction_suffix(tmp_path):
     path = write_jsonl(tmp_path / "toy.jsonl", ROWS)
     ds = load_prompt_dataset(str(path), instruction=GSM8K_INSTRUCTION)
-    assert ds.column_names == ["id", "prompt", "ground_truth", "data_source"]
+    assert ds.column_names == ["id", "prompt", "ground_truth", "data_source", "extra_info"]
     assert ds[0] == {
         "id": "q-1",
         "prompt": [{"role": "user", "content": f"What is 2 + 2? {GSM8K_INSTRUCTION}"}],
@@ -180,7 +181,43 @@ def test_verl_style_rows_load_with_their_ground_truth(tmp_path):
         "prompt": [{"role": "user", "content": "2+2?"}],
         "ground_truth": "4",
         "data_source": "openai/gsm8k",
+        "extra_info": '{"index": 0, "split": "train"}',
     }
+    assert decode_extra_info(ds[0]["extra_info"]) == {"split": "train", "index": 0}
+
+
+def test_verl_parquet_extra_info_survives_loading_with_mixed_keys(tmp_path):
+    import pandas as pd
+
+    rows = [
+        {
+            "data_source": "toy",
+            "prompt": [{"role": "user", "content": f"{a}+1?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + 1)},
+            "extra_info": {"index": a, "a": a, "tags": ["x"] * a},
+        }
+        for a in range(3)
+    ]
+    pd.DataFrame(rows).to_parquet(tmp_path / "train.parquet")
+    ds = load_prompt_dataset(str(tmp_path / "train.parquet"))
+    assert [decode_extra_info(x) for x in ds["extra_info"]] == [
+        {"index": 0, "a": 0, "tags": []},
+        {"index": 1, "a": 1, "tags": ["x"]},
+        {"index": 2, "a": 2, "tags": ["x", "x"]},
+    ]
+    assert ds["id"] == ["0", "1", "2"]  # verl's extra_info.index is the id
+
+
+def test_question_rows_without_extra_info_get_an_empty_one(tmp_path):
+    ds = load_prompt_dataset(str(write_jsonl(tmp_path / "q.jsonl", ROWS)))
+    assert ds["extra_info"] == ["{}", "{}"]
+
+
+def test_an_extra_info_that_is_not_an_object_names_the_row(tmp_path):
+    row = {"question": "1+1?", "answer": "2", "extra_info": [1, 2]}
+    with pytest.raises(PromptDataError, match=r"bad.jsonl:1: extra_info must be a JSON object"):
+        load_prompt_dataset(str(write_jsonl(tmp_path / "bad.jsonl", [row])))
 
 
 def test_write_parquet_requires_the_schema(tmp_path):

@@ -29,7 +29,7 @@ EXPECTED_ROWS = [
 def test_each_shared_set_loads_with_its_row_count_and_schema(name, split, num_rows):
     ds = load_shared_dataset(name, split)
     assert len(ds) == num_rows == SHARED_DATASETS[name].num_rows[split]
-    assert ds.column_names == ["id", "prompt", "ground_truth", "data_source"]
+    assert ds.column_names == ["id", "prompt", "ground_truth", "data_source", "extra_info"]
     assert set(ds["data_source"]) == {name}
     assert len(set(ds["id"])) == num_rows  # ids are unique
     first = ds[0]["prompt"]

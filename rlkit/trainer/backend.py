@@ -440,7 +440,7 @@ class TrainingBackend:
 
         Format: ``torch.distributed.checkpoint`` (``.metadata`` + ``__<rank>_0.distcp``),
         also with one unsharded process. (DCP can also load into a different number of
-        processes; that is untested here.)
+        processes; rlkit has no test of that.)
 
         Args:
             directory: an EXISTING directory (shared by all processes).

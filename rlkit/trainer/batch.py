@@ -169,16 +169,48 @@ def _right_padded(rows: Sequence[Sequence[Any]], width: int, pad: Any, dtype: to
     )
 
 
-def token_level_scores(trajectories: Sequence[Trajectory], scores: Sequence[float], width: int):
-    """(B, T) rewards per token: each row's score on its last sampled token, plus the
-    environment's per-token rewards. A row with no sampled token gets no score."""
-    dense = [t.token_rewards or [0.0] * len(t) for t in trajectories]
-    out = _right_padded(dense, width, 0.0, torch.float32)
-    for row, (traj, score) in enumerate(zip(trajectories, scores)):
-        last = traj.last_generated()
-        if last >= 0:
-            out[row, last] += score
-    return out
+def token_level_scores(
+    loss_mask: torch.Tensor, scores: torch.Tensor, token_rewards: torch.Tensor
+) -> torch.Tensor:
+    """(B, T) rewards per token: each row's score on its last sampled token (the last 1
+    of ``loss_mask``), plus the environment's per-token rewards. A row with no sampled
+    token gets no score."""
+    width = loss_mask.shape[1]
+    sampled = loss_mask > 0
+    last = width - 1 - sampled.flip(1).float().argmax(dim=1)  # (B,) last sampled position
+    placed = torch.zeros_like(token_rewards)
+    placed[torch.arange(len(scores)), last] = torch.where(sampled.any(dim=1), scores, 0.0)
+    return token_rewards + placed
+
+
+def _raise_for_first_bad_row(trajectories: Sequence[Trajectory]) -> None:
+    for i, traj in enumerate(trajectories):
+        traj.validate(f"trajectory {i}")
+
+
+def _check_lengths(trajectories: Sequence[Trajectory]) -> None:
+    """Every per-token list of every row has one entry per response token."""
+    if not all(
+        len(t.loss_mask) == len(t.rollout_log_probs) == len(t.policy_version) == len(t)
+        and (t.token_rewards is None or len(t.token_rewards) == len(t))
+        for t in trajectories
+    ):
+        _raise_for_first_bad_row(trajectories)
+
+
+def _check_values(trajectories: Sequence[Trajectory], real: torch.Tensor, b: TrainBatch) -> None:
+    """The checks of :meth:`Trajectory.validate` on the padded tensors at once (a Python
+    loop over every token costs more than building the batch); a bad row then raises
+    its own message."""
+    mask, lp, version = b.loss_mask, b.rollout_log_probs, b.policy_version
+    generated, inserted = mask == 1, (mask == 0) & real.bool()
+    bad = (
+        ((mask != 0) & ~generated)
+        | (generated & (~torch.isfinite(lp) | (version < 0)))
+        | (inserted & ((lp != 0) | (version != NOT_GENERATED)))
+    )
+    if bad.any():
+        _raise_for_first_bad_row(trajectories)
 
 
 def build_batch(
@@ -195,7 +227,7 @@ def build_batch(
     """Pad trajectories and their per-row rewards into a :class:`TrainBatch`.
 
     Args:
-        trajectories: the rows (each is validated first).
+        trajectories: the rows (checked as :meth:`Trajectory.validate` does).
         pad_token_id: token used for padding (masked out everywhere).
         response_width: T, at least the longest response.
         index: group id per row.
@@ -207,8 +239,7 @@ def build_batch(
             or a response is longer than ``response_width``.
     """
     b = len(trajectories)
-    for i, traj in enumerate(trajectories):
-        traj.validate(f"trajectory {i}")
+    _check_lengths(trajectories)
     per_row = {"index": index, "scores": scores, "acc": acc, "data_sources": data_sources}
     if reward_baselines is not None:
         per_row["reward_baselines"] = reward_baselines
@@ -233,26 +264,29 @@ def build_batch(
     prompt_mask = (torch.arange(p) >= (p - prompt_lengths)[:, None]).long()
     real = (torch.arange(response_width) < response_lengths[:, None]).long()
     attention_mask = torch.cat([prompt_mask, real], dim=1)
-    return TrainBatch(
+    loss_mask = _right_padded([t.loss_mask for t in trajectories], response_width, 0, torch.float32)
+    scores_t = torch.as_tensor(list(scores), dtype=torch.float32).reshape(b)
+    token_rewards = [t.token_rewards or () for t in trajectories]
+    batch = TrainBatch(
         input_ids=torch.cat([prompts, responses], dim=1),
         attention_mask=attention_mask,
         # Positions count real tokens only, so left padding does not shift them.
         position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0),
         responses=responses,
-        loss_mask=_right_padded(
-            [t.loss_mask for t in trajectories], response_width, 0, torch.float32
-        ),
+        loss_mask=loss_mask,
         rollout_log_probs=_right_padded(
             [t.rollout_log_probs for t in trajectories], response_width, 0.0, torch.float32
         ),
         policy_version=_right_padded(
             [t.policy_version for t in trajectories], response_width, NOT_GENERATED, torch.long
         ),
-        token_level_scores=token_level_scores(trajectories, scores, response_width),
+        token_level_scores=token_level_scores(
+            loss_mask, scores_t, _right_padded(token_rewards, response_width, 0.0, torch.float32)
+        ),
         prompt_lengths=prompt_lengths,
         response_lengths=response_lengths,
         index=torch.as_tensor(list(index), dtype=torch.long).reshape(b),
-        scores=torch.as_tensor(list(scores), dtype=torch.float32).reshape(b),
+        scores=scores_t,
         acc=torch.as_tensor(list(acc), dtype=torch.float32).reshape(b),
         data_sources=list(data_sources),
         multimodal_inputs=[t.multimodal_inputs for t in trajectories],
@@ -261,6 +295,8 @@ def build_batch(
         if reward_baselines is None
         else torch.as_tensor(list(reward_baselines), dtype=torch.float32).reshape(b),
     )
+    _check_values(trajectories, real, batch)
+    return batch
 
 
 def pad_rows_to_multiple(batch: TrainBatch, multiple: int) -> TrainBatch:
