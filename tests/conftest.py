@@ -1,10 +1,64 @@
-"""Shared fixtures: tiny local models (no hub access anywhere in the suite)."""
+"""Shared fixtures: tiny local models (no hub access anywhere in the suite).
+
+``RLKIT_TEST_NUM_THREADS=N`` runs the session with N torch intra-op threads and exports
+``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS = N``, so subprocesses the tests launch (``rlkit
+train``, ``accelerate launch`` workers) use N threads too. Float32 reductions split their
+work by thread count, so this, with ``ATEN_CPU_CAPABILITY`` (the vector kernels torch
+picks), changes rounding: ``scripts/portability_check.sh`` runs the suite under both.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+
+NUM_THREADS_VAR = "RLKIT_TEST_NUM_THREADS"
+
+
+def _requested_threads() -> int | None:
+    value = os.environ.get(NUM_THREADS_VAR, "").strip()
+    return int(value) if value.isdigit() and int(value) >= 1 else None
+
+
+_NUM_THREADS = _requested_threads()
+if _NUM_THREADS is not None:
+    # Before torch is imported (it reads OMP_NUM_THREADS once), and for every subprocess.
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(_NUM_THREADS)
+
+
+def pytest_configure(config):
+    if os.environ.get(NUM_THREADS_VAR, "").strip() and _NUM_THREADS is None:
+        raise pytest.UsageError(
+            f"{NUM_THREADS_VAR} must be a positive integer, got {os.environ[NUM_THREADS_VAR]!r}"
+        )
+    if _NUM_THREADS is not None:
+        import torch
+
+        torch.set_num_threads(_NUM_THREADS)
+
+
+def pytest_report_header(config):
+    import torch
+
+    return (
+        f"rlkit: torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s) "
+        f"({NUM_THREADS_VAR}={os.environ.get(NUM_THREADS_VAR, 'unset')}), CPU capability "
+        f"{torch.backends.cpu.get_cpu_capability()} "
+        f"(ATEN_CPU_CAPABILITY={os.environ.get('ATEN_CPU_CAPABILITY', 'unset')})"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _keep_requested_threads():
+    """Every test runs with the requested thread count, even after one that changed it."""
+    if _NUM_THREADS is not None:
+        import torch
+
+        if torch.get_num_threads() != _NUM_THREADS:
+            torch.set_num_threads(_NUM_THREADS)
+    yield
 
 
 @pytest.fixture(scope="session")

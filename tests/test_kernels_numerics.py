@@ -13,6 +13,7 @@ from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, Qwen3RMSNorm
 from rlkit.kernels.rms_norm import hf_rms_norm, torch_lean_rms_norm
 from rlkit.kernels.rotary import hf_rotary
 from rlkit.kernels.swiglu import hf_swiglu, torch_lean_swiglu
+from tests.numerics import assert_gradients_close
 
 
 def _forward_backward(fn, inputs, params):
@@ -39,9 +40,15 @@ def test_lean_rms_norm_matches_hf_forward_and_backward_float32(cls, shape):
     x = torch.randn(shape, requires_grad=True)
     got = _forward_backward(lambda t: torch_lean_rms_norm(norm, t), [x], [norm.weight])
     want = _forward_backward(lambda t: norm(t), [x], [norm.weight])
-    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)  # same float32 ops forward
-    for g, w in zip(got[1], want[1]):
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+    # Forward: the same float32 ops on the same shapes as HF's, so bitwise on any CPU.
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    # Backward: an analytic formula against autograd's chain, other sums. The longest chain
+    # of sums is the mean over the hidden size then the weight gradient's sum over rows:
+    # within 2 gamma_D of each gradient's largest element (tests/numerics.py; measured
+    # <= 2e-7 of it). A fixed rtol 1e-5 / atol 1e-6 came within 5x on scalar kernels.
+    rows = x.numel() // shape[-1]
+    depth = shape[-1] + rows + 4
+    assert_gradients_close(dict(enumerate(got[1])), dict(enumerate(want[1])), depth=depth)
 
 
 def test_lean_rms_norm_matches_hf_in_bfloat16():

@@ -29,9 +29,12 @@ def accelerate_launch(num_processes: int = 2) -> list[str]:
 
 
 def launch_env() -> dict[str, str]:
-    """This environment, one thread per process, offline, and no inherited launcher identity."""
+    """This environment, offline, with no inherited launcher identity, and one thread per
+    process (``RLKIT_TEST_NUM_THREADS`` threads when set: tests/conftest.py)."""
+    threads = os.environ.get("RLKIT_TEST_NUM_THREADS", "").strip() or "1"
     env = os.environ | {
-        "OMP_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",
         "TRANSFORMERS_VERBOSITY": "error",
