@@ -24,6 +24,7 @@ from rlkit.registry import ESTIMATORS
     paper="arXiv:1506.02438",
     summary="GAE with a critic; skips mask-0 tokens; whitened",
     needs_values=True,
+    properties_exempt=("singleton_group_zero", "equal_scores_zero"),
 )
 @torch.no_grad()
 def gae(
@@ -55,6 +56,11 @@ def gae(
     carried advantage and whitened values there); whitening with fewer than two
     valid tokens in the batch only centres (verl divides by zero); whitening
     can be turned off. TRL's and OpenRLHF's GAE do not skip mask-0 tokens.
+
+    Property kit (``rlkit.testing``): exempt from ``singleton_group_zero`` and
+    ``equal_scores_zero``: GAE has no groups (``index`` is ignored), so a
+    response alone in its group, or a group of equal scores, gets its own
+    advantage, not 0.
 
     Args:
         token_level_rewards: (B, T) per-token rewards (e.g. outcome reward on

@@ -16,6 +16,7 @@ from rlkit.registry import ESTIMATORS
     "gpg",
     paper="arXiv:2504.02546",
     summary="alpha * (score - group mean), alpha = B / #nonzero scores",
+    properties=("group_zero_sum",),
 )
 @torch.no_grad()
 def gpg(
@@ -44,6 +45,9 @@ def gpg(
     Degenerate inputs: a group with one non-empty response gets 0 (verl:
     alpha * s_i). Empty responses get 0 and count neither in B nor in the
     non-zero count, so appending them changes nothing.
+
+    Property kit (``rlkit.testing``): declares ``group_zero_sum`` (alpha depends on the whole
+    batch, so it is not ``group_local`` nor shift-invariant).
 
     Args:
         token_level_rewards: (B, T) rewards.

@@ -43,6 +43,13 @@ def group_relative_scalars(stats: GroupStats, norm_by_std: bool, epsilon: float)
     aliases=("grpo_vectorized",),
     paper="arXiv:2402.03300",
     summary="(score - group mean) / (group std + eps)",
+    properties=(
+        "group_zero_sum",
+        "reward_scale_invariant",
+        "reward_shift_invariant",
+        "group_shift_invariant",
+        "group_local",
+    ),
 )
 @torch.no_grad()
 def grpo(
@@ -65,6 +72,10 @@ def grpo(
     arXiv:2402.03300). ``norm_by_std=False`` gives Dr.GRPO's A_i = s_i - mean_g
     (arXiv:2503.20783). Matches verl's ``grpo`` / ``grpo_vectorized`` on groups of
     size >= 2 with rewards zero on mask-0 tokens.
+
+    Property kit (``rlkit.testing``): declares ``group_zero_sum``, ``reward_scale_invariant``
+    (exactly, at epsilon = 0), ``reward_shift_invariant``, ``group_shift_invariant``
+    and ``group_local``.
 
     Args:
         token_level_rewards: (B, T) rewards; the outcome reward usually sits on
@@ -105,6 +116,7 @@ def grpo(
     "dr_grpo",
     paper="arXiv:2503.20783",
     summary="score - group mean (GRPO without the std division)",
+    properties=("group_zero_sum", "reward_shift_invariant", "group_shift_invariant", "group_local"),
 )
 @torch.no_grad()
 def dr_grpo(
@@ -127,6 +139,9 @@ def dr_grpo(
     ``grpo(..., norm_by_std=False)`` under its own name; verl spells it
     ``grpo`` with ``norm_adv_by_std_in_grpo=False``, OpenRLHF ``dr_grpo``. (TRL's
     ``loss_type="dr_grpo"`` is a loss aggregation, not this estimator.)
+
+    Property kit (``rlkit.testing``): declares ``group_zero_sum``, ``reward_shift_invariant``,
+    ``group_shift_invariant`` and ``group_local``.
 
     Args:
         token_level_rewards: (B, T) rewards.

@@ -31,6 +31,7 @@ def batch_std(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     "grpo_batch_std",
     paper="arXiv:2508.08221",
     summary="(score - group mean) / (batch std + eps), TRL 'batch'",
+    properties=("group_zero_sum", "reward_scale_invariant", "reward_shift_invariant"),
 )
 @torch.no_grad()
 def grpo_batch_std(
@@ -56,6 +57,10 @@ def grpo_batch_std(
     its numbers) and assumes contiguous groups of equal size; here groups come
     from ``index``. TRL takes the std over the whole gathered batch, so call
     this on the full batch, not per micro-batch or rank.
+
+    Property kit (``rlkit.testing``): declares ``group_zero_sum``, ``reward_scale_invariant``
+    (at epsilon = 0) and ``reward_shift_invariant`` (a common shift; per-group
+    shifts change the batch std).
 
     Args:
         token_level_rewards: (B, T) rewards.

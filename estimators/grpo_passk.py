@@ -16,6 +16,12 @@ from rlkit.registry import ESTIMATORS
     "grpo_passk",
     paper="arXiv:2503.19595",
     summary="best of group gets (best - runner-up) [/ group std]",
+    properties=(
+        "reward_scale_invariant",
+        "reward_shift_invariant",
+        "group_shift_invariant",
+        "group_local",
+    ),
 )
 @torch.no_grad()
 def grpo_passk(
@@ -43,6 +49,9 @@ def grpo_passk(
     (verl raises ValueError). Empty responses get 0 and are not candidates.
     Among tied best responses the first row is the one marked; its value is 0
     anyway.
+
+    Property kit (``rlkit.testing``): declares ``reward_scale_invariant`` (at epsilon = 0),
+    ``reward_shift_invariant``, ``group_shift_invariant`` and ``group_local``.
 
     Args:
         token_level_rewards: (B, T) rewards.

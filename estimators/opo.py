@@ -16,6 +16,12 @@ from rlkit.registry import ESTIMATORS
     "opo",
     paper="arXiv:2505.23585",
     summary="score - the group's length-weighted mean score",
+    properties=(
+        "group_token_zero_sum",
+        "reward_shift_invariant",
+        "group_shift_invariant",
+        "group_local",
+    ),
 )
 @torch.no_grad()
 def opo(
@@ -41,6 +47,10 @@ def opo(
     Degenerate inputs: a group with one non-empty response gets 0 (verl: the
     raw score s_i, from a baseline of 0). Empty responses get 0; their length
     is 0, so they would not move b_g anyway.
+
+    Property kit (``rlkit.testing``): declares ``group_token_zero_sum`` (length-weighted:
+    sum_i |y_i| A_i = 0), ``reward_shift_invariant``, ``group_shift_invariant`` and
+    ``group_local``.
 
     Args:
         token_level_rewards: (B, T) rewards.

@@ -17,6 +17,7 @@ from rlkit.registry import ESTIMATORS
     aliases=("reinforce_pp",),
     paper="arXiv:2501.03262",
     summary="discounted return over valid tokens, whitened",
+    properties_exempt=("singleton_group_zero", "equal_scores_zero"),
 )
 @torch.no_grad()
 def reinforce_plus_plus(
@@ -46,6 +47,11 @@ def reinforce_plus_plus(
     same skipping verl's GAE uses. For masks whose valid tokens are one
     contiguous run (right or left padding) both agree. verl also leaves
     returns on mask-0 tokens; here they are 0.
+
+    Property kit (``rlkit.testing``): exempt from ``singleton_group_zero`` and
+    ``equal_scores_zero``: REINFORCE++ has no groups (``index`` is ignored), so a
+    response alone in its group, or a group of equal scores, gets its own
+    advantage, not 0.
 
     Args:
         token_level_rewards: (B, T) rewards.

@@ -17,6 +17,8 @@ from rlkit.registry import ESTIMATORS
     aliases=("reinforce_pp_baseline",),
     paper="arXiv:2501.03262",
     summary="(score - group mean), whitened over the batch's tokens",
+    properties=("reward_shift_invariant", "group_shift_invariant"),
+    properties_exempt=("singleton_group_zero", "equal_scores_zero"),
 )
 @torch.no_grad()
 def reinforce_plus_plus_baseline(
@@ -46,6 +48,12 @@ def reinforce_plus_plus_baseline(
     before whitening (verl keeps its raw score); empty responses are 0 and
     left out of both group and whitening statistics; fewer than two valid
     tokens in the batch: centred only (verl divides by zero).
+
+    Property kit (``rlkit.testing``): exempt from ``singleton_group_zero`` and
+    ``equal_scores_zero``: such rows are centred to exactly 0, but the whitening
+    over the batch's tokens then subtracts the batch mean and rescales, so they
+    get the whitened value of 0, not 0. Declares ``reward_shift_invariant`` and
+    ``group_shift_invariant`` (the group mean absorbs any per-group shift).
 
     Args:
         token_level_rewards: (B, T) rewards.

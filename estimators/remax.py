@@ -21,6 +21,8 @@ from rlkit.registry import ESTIMATORS
     paper="arXiv:2310.10505",
     summary="return-to-go minus the greedy response's reward",
     needs_reward_baselines=True,
+    properties=("group_local",),
+    properties_exempt=("singleton_group_zero", "equal_scores_zero"),
 )
 @torch.no_grad()
 def remax(
@@ -45,6 +47,12 @@ def remax(
 
     Differences from verl: verl has no discount (it is gamma = 1, the default
     here) and leaves returns on mask-0 tokens; here both outputs are 0 there.
+
+    Property kit (``rlkit.testing``): exempt from ``singleton_group_zero`` and
+    ``equal_scores_zero``: ReMax has no groups (``index`` is ignored), so a
+    response alone in its group, or a group of equal scores, gets its own
+    advantage, not 0. Declares ``group_local``:
+    each row depends on its own rewards and baseline only.
 
     Args:
         token_level_rewards: (B, T) rewards.

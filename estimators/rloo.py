@@ -16,6 +16,7 @@ from rlkit.registry import ESTIMATORS
     aliases=("rloo_vectorized",),
     paper="arXiv:2402.14740",
     summary="score minus the mean score of the other responses",
+    properties=("group_zero_sum", "reward_shift_invariant", "group_shift_invariant", "group_local"),
 )
 @torch.no_grad()
 def rloo(
@@ -42,6 +43,9 @@ def rloo(
     to compare against and gets 0. verl's ``rloo`` keeps the raw score s_i
     there while its ``rloo_vectorized`` gives 0; this follows the latter.
     Empty responses get 0 and do not count in n.
+
+    Property kit (``rlkit.testing``): declares ``group_zero_sum``, ``reward_shift_invariant``,
+    ``group_shift_invariant`` and ``group_local``.
 
     Args:
         token_level_rewards: (B, T) rewards.

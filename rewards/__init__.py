@@ -25,7 +25,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 # Imported for their registrations.
-from rewards import answer_format, exact_match, gsm8k, length_penalty, math_answer, overlong  # noqa: F401
+from rewards import (  # noqa: F401
+    answer_format,
+    exact_match,
+    final_turn,
+    gsm8k,
+    length_penalty,
+    math_answer,
+    overlong,
+)
 from rewards.batch_scoring import BatchScores, score_batch
 from rewards.composition import combined, compose
 from rewards.context import RewardContext

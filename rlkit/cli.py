@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("rlkit.evaluation.harness:main", "evaluate a model on gsm8k/aime/math500"),
     "sweep": ("rlkit.sweep:main", "run a grid of experiments and tabulate/plot them"),
     "doctor": ("rlkit.doctor:main", "show the platform and the kernel chosen per op"),
+    "check": ("rlkit.check:main", "run the property battery on an estimator or loss"),
 }
 
 

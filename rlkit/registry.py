@@ -159,6 +159,12 @@ class Registry(Generic[F]):
             raise UnknownNameError(self._unknown_message(name))
         return found
 
+    def entry_for(self, fn: Callable[..., Any]) -> Entry[F] | None:
+        """The entry ``fn`` is registered under (same function or same module and
+        qualified name, as for a reloaded module), or None if it is not registered."""
+        self._load_home()
+        return self._registered(fn)
+
     def names(self) -> list[str]:
         """Sorted canonical names (aliases excluded)."""
         self._load_home()
@@ -186,6 +192,11 @@ class Registry(Generic[F]):
 
     def _lookup_exact(self, name: str) -> Entry[F] | None:
         return self._entries.get(self._canonical(name))
+
+    def _registered(self, fn: Callable[..., Any]) -> Entry[F] | None:
+        entries = self._entries.values()
+        same = next((e for e in entries if e.fn is fn), None)
+        return same or next((e for e in entries if _same_function(e.fn, fn)), None)
 
     def _load_home(self) -> None:
         if not self._home_loaded:
@@ -225,7 +236,7 @@ class Registry(Generic[F]):
             raise UnknownNameError(f"{path!r} is not callable, so it cannot be a {self.kind}")
         # A function its module registered keeps what it declared there (needs, inputs),
         # under the name it was asked for.
-        registered = next((e for e in self._entries.values() if _same_function(e.fn, obj)), None)
+        registered = self._registered(obj)
         if registered is not None:
             return Entry(path, obj, (), registered.paper, registered.summary, registered.extra)
         return Entry(path, obj, (), None, _first_doc_line(obj))
@@ -244,6 +255,8 @@ ROLLOUT_CORRECTIONS: Registry[Callable[..., Any]] = Registry(
 )
 REWARDS: Registry[Callable[..., Any]] = Registry("reward function", home="rewards")
 ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine", home="rlkit.rollout")
+AGENT_LOOPS: Registry[Callable[..., Any]] = Registry("agent loop", home="rlkit.rollout.agent_loop")
+TOOLS: Registry[Callable[..., Any]] = Registry("tool", home="rlkit.tools")
 
 #: Registries shown by ``rlkit list``, keyed by the CLI's group name.
 LISTED: dict[str, Registry[Any]] = {
@@ -255,4 +268,6 @@ LISTED: dict[str, Registry[Any]] = {
     "rollout_corrections": ROLLOUT_CORRECTIONS,
     "rewards": REWARDS,
     "rollout_engines": ROLLOUT_ENGINES,
+    "agent_loops": AGENT_LOOPS,
+    "tools": TOOLS,
 }

@@ -32,8 +32,10 @@ LAYERS = {
     "rlkit.kernels": 2,
     "rlkit.distributed": 2,
     "rlkit.tasks": 2,
+    "rlkit.tools": 2,
     "rlkit.ops": 3,
     "rlkit.rollout": 3,
+    "rlkit.testing": 3,
     "rlkit.evaluation": 4,
     "rlkit.trainer": 5,
     "rlkit.train": 6,
@@ -41,6 +43,7 @@ LAYERS = {
     "rlkit.doctor": 6,
     "rlkit.sweep": 6,
     "rlkit.listing": 6,
+    "rlkit.check": 6,
 }
 
 

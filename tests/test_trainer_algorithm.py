@@ -17,7 +17,6 @@ from tests.experiment_factory import small_experiment
 SEEN: dict[str, torch.Tensor] = {}
 
 
-@POLICY_LOSSES.register("test_records_inputs", inputs=("ref_log_prob", "policy_version"))
 def records_inputs(old_log_prob, log_prob, advantages, response_mask, **kwargs):
     """Vanilla PPO that keeps the declared inputs it received, for the test to read."""
     SEEN.update(
@@ -28,10 +27,22 @@ def records_inputs(old_log_prob, log_prob, advantages, response_mask, **kwargs):
     )
 
 
-@POLICY_LOSSES.register("test_bad_input", inputs=("reference_logits",))
 def bad_input(old_log_prob, log_prob, advantages, response_mask, **kwargs):
     """Declares an input that does not exist."""
     raise AssertionError("never called")
+
+
+@pytest.fixture(autouse=True)
+def test_losses():
+    # Registered only while this module's tests run: other tests iterate over every
+    # registered loss.
+    POLICY_LOSSES.add(
+        "test_records_inputs", records_inputs, inputs=("ref_log_prob", "policy_version")
+    )
+    POLICY_LOSSES.add("test_bad_input", bad_input, inputs=("reference_logits",))
+    yield
+    POLICY_LOSSES.unregister("test_records_inputs")
+    POLICY_LOSSES.unregister("test_bad_input")
 
 
 def _algorithm(tmp_path, **algorithm) -> Algorithm:

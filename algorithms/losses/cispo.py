@@ -37,7 +37,9 @@ VARIANTS = ("verl", "trl")
 DEFAULT_TRL_MAX_WEIGHT = 5.0
 
 
-@POLICY_LOSSES.register("cispo", paper="arXiv:2506.13585")
+@POLICY_LOSSES.register(
+    "cispo", paper="arXiv:2506.13585", properties=("reduces_to_vanilla_at_ratio_one",)
+)
 def cispo(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -62,6 +64,9 @@ def cispo(
     L = −sg(w)·A·log π with w = clip(r, 1 − ε_low, 1 + ε_high) (``verl``) or
     w = min(r, w_max) (``trl``: TRL reads ``epsilon_high`` as that absolute cap).
     arXiv:2506.13585 (MiniMax-M1).
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one`` (w = 1: the
+    gradient −A·∇log π is PPO's, although the value −A·log π is not).
 
     Args:
         old_log_prob: (B, T) log π_old.

@@ -59,7 +59,11 @@ def random_subset(candidates: Tensor, k: int, generator: torch.Generator | None)
     return positions[top_k_indices(keys.to(candidates.device), k)]
 
 
-@POLICY_LOSSES.register("clip_cov", paper="arXiv:2505.22617")
+@POLICY_LOSSES.register(
+    "clip_cov",
+    paper="arXiv:2505.22617",
+    properties_exempt=("microbatch_invariance", "row_permutation_invariance"),
+)
 def clip_cov(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -87,6 +91,13 @@ def clip_cov(
     (>= 1) random unclipped tokens with lb < cov < ub. arXiv:2505.22617.
     ``pg_clipfrac`` is PPO's clip fraction (verl reports the zeroed fraction
     under that name; see ``clip_cov_frac``).
+
+    Property kit (``rlkit.testing``): exempt from ``microbatch_invariance``: the
+    candidates, k and the covariance means are those of the micro-batch (as in
+    verl), so splitting a mini-batch changes which tokens are zeroed; and from
+    ``row_permutation_invariance``: the random keys are drawn per candidate in
+    row-major order, so permuting rows changes the random choice. It does not
+    reduce to vanilla at ratio one (the zeroed tokens lose their gradient).
 
     Args:
         old_log_prob: (B, T) log π_old.

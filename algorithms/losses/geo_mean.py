@@ -75,7 +75,12 @@ def _as_float(flags: Tensor, dtype: torch.dtype) -> Tensor:
     return flags.view(torch.uint8).to(dtype)
 
 
-@POLICY_LOSSES.register("geo_mean", aliases=("gmpo",), paper="arXiv:2507.20673")
+@POLICY_LOSSES.register(
+    "geo_mean",
+    aliases=("gmpo",),
+    paper="arXiv:2507.20673",
+    properties=("reduces_to_vanilla_at_ratio_one",),
+)
 def geo_mean(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -99,6 +104,9 @@ def geo_mean(
     A < 0; a per-sequence loss aggregated as if each valid token carried it.
     arXiv:2507.20673. verl always takes the plain mean over rows (use
     ``seq-mean-token-mean``).
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one`` for one
+    advantage per sequence (with per-token advantages Ā_b replaces A_t).
 
     Args:
         old_log_prob: (B, T) log π_old.

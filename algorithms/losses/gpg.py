@@ -16,7 +16,9 @@ from algorithms.losses.reduction import policy_metrics, reduce_token_loss
 from rlkit.registry import POLICY_LOSSES
 
 
-@POLICY_LOSSES.register("gpg", paper="arXiv:2504.02546")
+@POLICY_LOSSES.register(
+    "gpg", paper="arXiv:2504.02546", properties=("reduces_to_vanilla_at_ratio_one",)
+)
 def gpg(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -35,6 +37,9 @@ def gpg(
     **options: object,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """REINFORCE loss −A·log π_θ (GPG, arXiv:2504.02546).
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one`` (the gradient of
+    −A·log π is −A·∇log π, PPO's at r = 1; the value differs).
 
     Args:
         old_log_prob: (B, T) log π_old (only for the ``ppo_kl`` metric).

@@ -29,7 +29,9 @@ from rlkit.registry import POLICY_LOSSES
 LOG_SEQ_RATIO_MAX = 10.0
 
 
-@POLICY_LOSSES.register("gspo", paper="arXiv:2507.18071")
+@POLICY_LOSSES.register(
+    "gspo", paper="arXiv:2507.18071", properties=("reduces_to_vanilla_at_ratio_one",)
+)
 def gspo(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -52,6 +54,9 @@ def gspo(
     s_b = exp(mean_t Δ) (value), per-token gradient of log π_θ; L = max(−A·s,
     −A·clip(s, 1 − ε_low, 1 + ε_high)). arXiv:2507.18071. verl forces
     ``seq-mean-token-mean``; rlkit honours ``loss_agg_mode``.
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one`` (at s = 1 each
+    token's gradient is −A, as PPO's).
 
     Args:
         old_log_prob: (B, T) log π_old of the sampled tokens.

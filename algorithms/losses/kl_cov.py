@@ -34,7 +34,12 @@ from algorithms.losses.reduction import policy_metrics, reduce_token_loss
 from rlkit.registry import POLICY_LOSSES
 
 
-@POLICY_LOSSES.register("kl_cov", paper="arXiv:2505.22617")
+@POLICY_LOSSES.register(
+    "kl_cov",
+    paper="arXiv:2505.22617",
+    properties=("reduces_to_vanilla_at_ratio_one",),
+    properties_exempt=("microbatch_invariance", "row_permutation_invariance"),
+)
 def kl_cov(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -59,6 +64,14 @@ def kl_cov(
     L = −A·r, plus ppo_kl_coef·|Δ| on the ⌊N·kl_cov_ratio⌋ (>= 1) tokens of largest
     (A − Ā)(log π − mean log π). arXiv:2505.22617. ``ppo_kl`` is mean −Δ here
     (verl reports mean |Δ| under that name; see ``ppo_kl_abs``).
+
+    Property kit (``rlkit.testing``): exempt from ``microbatch_invariance``: the
+    penalised tokens, k and the covariance means are those of the micro-batch
+    (as in verl), so splitting a mini-batch changes the loss; and from
+    ``row_permutation_invariance``: equal covariances (e.g. all advantages
+    equal) are ranked by position, so permuting rows can change which token is
+    penalised. Declares ``reduces_to_vanilla_at_ratio_one`` (the |Δ| penalty has
+    zero gradient at Δ = 0).
 
     Args:
         old_log_prob: (B, T) log π_old.

@@ -31,7 +31,9 @@ from algorithms.losses.reduction import policy_metrics, reduce_token_loss
 from rlkit.registry import POLICY_LOSSES
 
 
-@POLICY_LOSSES.register("sapo", paper="arXiv:2511.20347")
+@POLICY_LOSSES.register(
+    "sapo", paper="arXiv:2511.20347", properties=("reduces_to_vanilla_at_ratio_one",)
+)
 def sapo(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -55,6 +57,9 @@ def sapo(
 
     τ = tau_pos where A > 0, else tau_neg; r = exp(clamp(Δ, ±20)). arXiv:2511.20347.
     verl forces ``seq-mean-token-mean``; rlkit honours ``loss_agg_mode``.
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one`` (the gate's slope
+    at r = 1 is 1).
 
     Args:
         old_log_prob: (B, T) log π_old.

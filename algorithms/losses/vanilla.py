@@ -20,7 +20,12 @@ from algorithms.losses.reduction import policy_metrics, reduce_token_loss
 from rlkit.registry import POLICY_LOSSES
 
 
-@POLICY_LOSSES.register("vanilla", aliases=("ppo",), paper="arXiv:1707.06347")
+@POLICY_LOSSES.register(
+    "vanilla",
+    aliases=("ppo",),
+    paper="arXiv:1707.06347",
+    properties=("reduces_to_vanilla_at_ratio_one",),
+)
 def vanilla(
     old_log_prob: Tensor,
     log_prob: Tensor,
@@ -43,6 +48,8 @@ def vanilla(
     L = max(−A·r, −A·clip(r, 1 − ε_low, 1 + ε_high)), then min(L, −A·c) where A < 0;
     r = exp(clamp(log π − log π_old, ±20)). arXiv:1707.06347 (PPO), arXiv:1912.09729
     (dual-clip), arXiv:2503.14476 (DAPO clip-higher).
+
+    Property kit (``rlkit.testing``): declares ``reduces_to_vanilla_at_ratio_one``.
 
     Args:
         old_log_prob: (B, T) log π_old of the sampled tokens.

@@ -9,7 +9,11 @@ from rlkit.data.prompt_schema import message_problem
 
 
 def render_prompt(
-    messages: Sequence[Mapping[str, str]], tokenizer: Any, *, use_chat_template: bool = True
+    messages: Sequence[Mapping[str, str]],
+    tokenizer: Any,
+    *,
+    use_chat_template: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
 ) -> str:
     """The text of a prompt, ready to tokenise and continue.
 
@@ -19,6 +23,8 @@ def render_prompt(
             ``use_chat_template`` is ``False``).
         use_chat_template: apply the tokenizer's chat template (with the
             generation prompt) when it has one.
+        tools: function-calling schemas the template renders into the prompt
+            (``apply_chat_template(tools=...)``); they need a chat template.
 
     Returns:
         The chat template's output; without a template, the messages as
@@ -30,9 +36,18 @@ def render_prompt(
     problem = message_problem(messages)
     if problem is not None:
         raise ValueError(f"cannot render prompt: {problem}")
-    if use_chat_template and getattr(tokenizer, "chat_template", None):
+    has_template = use_chat_template and getattr(tokenizer, "chat_template", None)
+    if tools and not has_template:
+        raise ValueError(
+            "tools need the tokenizer's chat template to be rendered into the prompt; "
+            "set DataConfig.use_chat_template = True and use a tokenizer that has one"
+        )
+    if has_template:
         return tokenizer.apply_chat_template(
-            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True
+            [dict(m) for m in messages],
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=True,
         )
     lines = [f"{m['role']}: {m['content']}" for m in messages]
     return "\n".join([*lines, "assistant:"])

@@ -53,6 +53,8 @@ class Trajectory:
             when there were several turns; ``None`` for a single response.
         multimodal_inputs: extra model inputs of this row (e.g. ``pixel_values``,
             ``image_grid_thw``), handed to the model's forward untouched; ``None`` for text.
+        stats: per-trajectory counters of the rollout (e.g. ``num_turns``,
+            ``tool_calls``), summarised in the step's metrics; ``None`` for none.
     """
 
     prompt_ids: list[int]
@@ -65,6 +67,7 @@ class Trajectory:
     token_rewards: list[float] | None = None
     conversation: list[dict[str, Any]] | None = None
     multimodal_inputs: Mapping[str, torch.Tensor] | None = None
+    stats: dict[str, float] | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)

@@ -97,6 +97,13 @@ class RolloutConfig:
     val_n: int = 1
     val_temperature: float = 0.0
     """0 = greedy validation."""
+    agent_loop: str = "single_turn"
+    """How a prompt becomes a trajectory (``rlkit list agent_loops``): ``single_turn`` or
+    ``tool_agent`` (multi-turn tool calling), or ``pkg.module:fn``."""
+    agent: dict[str, Any] = field(default_factory=dict)
+    """Settings of a multi-turn loop (:class:`rlkit.rollout.agent_loop.AgentConfig`), e.g.
+    ``{"tools": ["calculator"], "max_turns": 3}``. ``max_response_length`` is then the
+    budget of the whole response: policy turns and tool results together."""
 
 
 @gin.configurable
@@ -260,6 +267,13 @@ class ExperimentConfig:
                 "TrainerConfig.mixed_precision must be no|bf16|fp16, "
                 f"got {self.trainer.mixed_precision!r}"
             )
+        if r.agent_loop != "single_turn" or r.agent:
+            from rlkit.rollout.agent_loop import agent_config
+
+            try:
+                problems += agent_config(r.agent).problems()
+            except (TypeError, ValueError) as exc:
+                problems.append(str(exc))
         if not self.model.path:
             problems.append("ModelConfig.path is empty: give a local Hugging Face model directory")
         if not (d.train_files or d.dataset_fn):
@@ -274,12 +288,14 @@ def check_registered_names(
     """Resolve every registry name the configuration uses; an unknown one raises the
     registry's error (which lists the known names and the nearest match)."""
     from rlkit.registry import (
+        AGENT_LOOPS,
         AGGREGATIONS,
         ESTIMATORS,
         KL_PENALTIES,
         POLICY_LOSSES,
         REWARDS,
         ROLLOUT_ENGINES,
+        TOOLS,
         VALUE_LOSSES,
     )
 
@@ -293,3 +309,6 @@ def check_registered_names(
         KL_PENALTIES.entry(algorithm.kl_penalty)
     REWARDS.entry(data.reward)
     ROLLOUT_ENGINES.entry(rollout.engine)
+    AGENT_LOOPS.entry(rollout.agent_loop)
+    for tool in rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ():
+        TOOLS.entry(tool)

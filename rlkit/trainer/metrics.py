@@ -49,6 +49,10 @@ def data_metrics(
         out["response_length/clip_ratio"] = (resp >= max_response_length).float().mean().item()
         out["prompt_length/clip_ratio"] = (prompt >= max_prompt_length).float().mean().item()
     out |= _stats("global_seqlen", resp + prompt)
+    inserted = resp - batch.loss_mask.sum(dim=1)
+    if resp.numel() and inserted.any():  # multi-turn: tool / user tokens inside responses
+        out |= _stats("response_length/policy_tokens", resp - inserted)
+        out |= _stats("response_length/inserted_tokens", inserted)
     return out
 
 

@@ -44,6 +44,7 @@ def tokenize_prompts(
     truncation: str,
     use_chat_template: bool,
     name: str,
+    tools: list[dict[str, Any]] | None = None,
 ) -> PromptSet:
     """Render and tokenise every row of a prompt-schema dataset.
 
@@ -53,12 +54,15 @@ def tokenize_prompts(
         truncation: ``error`` (raise, naming the row), ``left`` (keep the last
             ``max_prompt_length`` tokens) or ``filter`` (drop the row).
         name: the dataset's name for error messages (e.g. ``train``).
+        tools: function-calling schemas rendered into every prompt (agent loops).
     """
     from rlkit.data import decode_extra_info, render_prompt
 
     out = PromptSet()
     for i, row in enumerate(dataset):
-        text = render_prompt(row["prompt"], tokenizer, use_chat_template=use_chat_template)
+        text = render_prompt(
+            row["prompt"], tokenizer, use_chat_template=use_chat_template, tools=tools
+        )
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > max_prompt_length:
             if truncation == "error":

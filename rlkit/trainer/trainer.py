@@ -35,9 +35,9 @@ import torch
 
 from rlkit.distributed import collectives as comm
 from rlkit.models.loading import check_model_dir
-from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.registry import AGENT_LOOPS, ROLLOUT_ENGINES
+from rlkit.rollout.agent_loop import AgentRequest, agent_config, loop_metrics
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.trajectory import trajectories_from_rollout
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.batch import (
     TrainBatch,
@@ -96,6 +96,8 @@ class RLTrainer:
             self.out_dir.mkdir(parents=True, exist_ok=True)
 
         self.tokenizer = self._load_tokenizer()
+        self.agent_loop = AGENT_LOOPS.get(cfg.rollout.agent_loop)
+        self.agent = agent_config(cfg.rollout.agent)
         self.train_prompts = self._load_prompts("train")
         self.val_prompts = (
             self._load_prompts("val") if (cfg.data.val_files or cfg.data.dataset_fn) else None
@@ -206,7 +208,16 @@ class RLTrainer:
             truncation=d.truncation,
             use_chat_template=d.use_chat_template,
             name=split,
+            tools=self._tool_schemas(),
         )
+
+    def _tool_schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas of the agent loop's tools, rendered into every prompt."""
+        if not self.agent.tools:
+            return None
+        from rlkit.tools import schemas
+
+        return schemas(self.agent.tools)
 
     def _optimizer_factory(self, lr: float):
         o = self.cfg.optim
@@ -455,9 +466,16 @@ class RLTrainer:
         """Generate for this process's share of ``indices``; return the global scored rollout."""
         per = -(-len(indices) // self.world)
         mine = indices[self.rank * per : (self.rank + 1) * per]
+        requests = [AgentRequest(prompts.token_ids[i], prompts.messages[i]) for i in mine]
         with timer("gen"):
-            rollout = self.engine.generate([prompts.token_ids[i] for i in mine], params)
-        trajectories = trajectories_from_rollout(rollout, policy_version=self.weights.version)
+            trajectories, _ = self.agent_loop(
+                self.engine,
+                requests,
+                params,
+                tokenizer=self.tokenizer,
+                config=self.agent,
+                policy_version=self.weights.version,
+            )
         # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
         groups = [self.rank * per + t.prompt_index for t in trajectories]
         for traj in trajectories:
@@ -496,6 +514,7 @@ class RLTrainer:
             "train/num_truncated_prompts": float(self.train_prompts.num_truncated),
             "train/num_filtered_prompts": float(self.train_prompts.num_filtered),
             **rollout.metrics,
+            **loop_metrics(rollout.trajectories),
         }
         if a.filter_groups:
             metrics["train/num_kept_groups"] = float(rollout.num_groups())
@@ -681,15 +700,20 @@ class RLTrainer:
             )
         correct: dict[str, dict[int, list[bool]]] = {}
         scores: dict[str, list[float]] = {}
-        for i, p_idx in enumerate(scored.prompt_index):
+        tool_use: dict[str, list[float]] = {}
+        for i, (p_idx, traj) in enumerate(zip(scored.prompt_index, scored.trajectories)):
             source = prompts.data_sources[p_idx]
             correct.setdefault(source, {}).setdefault(p_idx, []).append(bool(scored.acc[i]))
             scores.setdefault(source, []).append(scored.scores[i])
+            if traj.stats is not None:
+                tool_use.setdefault(source, []).append(float(traj.stats["tool_calls"] > 0))
         out: dict[str, float] = {"timing_s/testing": timer.seconds["testing"]}
         for source, per_prompt in correct.items():
             stats = mean_and_pass_at_k(list(per_prompt.values()))
             out |= {f"val/{source}/{k}": v for k, v in stats.items()}
             out[f"val/{source}/score/mean"] = float(np.mean(scores[source]))
+            if source in tool_use:  # multi-turn loops: how often the policy called a tool
+                out[f"val/{source}/tool_call_rate"] = float(np.mean(tool_use[source]))
         return out
 
     # --------------------------------------------------------------- metrics

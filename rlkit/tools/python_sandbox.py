@@ -1,0 +1,549 @@
+"""The ``python`` tool: run model-written code in a separate, limited process.
+
+Each call starts a fresh interpreter (the caller's own ``sys.executable``) with
+``-I -S -B -u -X utf8``: isolated mode (no ``PYTHON*`` variables, no user site, no
+current directory on ``sys.path``), no ``site`` (so only the standard library imports,
+not the caller's site-packages), no ``.pyc`` writes, unbuffered output. A short
+bootstrap sets the resource limits, then runs the code read from stdin; if the code
+ends with an expression its ``repr`` is printed, as in a notebook cell.
+
+What contains it (see :class:`PythonSandbox` for the numbers):
+
+* ``RLIMIT_CPU`` (CPU seconds, rounded up from the time limit), ``RLIMIT_AS``
+  (address space: an allocation past it raises ``MemoryError`` inside the sandbox),
+  ``RLIMIT_FSIZE`` (largest file written, the captured output included),
+  ``RLIMIT_NOFILE`` and ``RLIMIT_CORE = 0``.
+* A wall-clock limit: the process runs in a session and process group of its own
+  (``start_new_session=True``) and the whole group is killed with ``SIGKILL`` at the
+  deadline. When the call ends, for any reason, every process left in that session
+  or group, or carrying the call's ``RLKIT_SANDBOX_ID`` environment marker (which
+  catches a child that left the session with ``setsid``), is killed too.
+* Processes: ``RLIMIT_NPROC`` bounds the processes and threads of the sandbox's user
+  when that user is not root (the kernel does not enforce it for root). When the
+  caller is root and the interpreter is reachable by others, the sandbox runs as
+  ``nobody`` (uid 65534) so that the limit holds and the code cannot signal or read
+  root's processes and files; otherwise (root, interpreter under ``/root``) a
+  watchdog counts the session's processes (at most 50 ms apart) and kills the
+  group past ``max_processes``.
+* A fresh scratch directory (``tempfile``) is the working directory, ``HOME`` and
+  ``TMPDIR``; it is removed afterwards. The environment holds none of the caller's
+  variables: only ``PATH``, ``LANG``, ``HOME``, ``TMPDIR`` and the marker.
+* stdout and stderr go, interleaved, to one file; the first ``max_output_bytes`` are
+  read back.
+
+This is a guard against accidents and runaway code, not a security boundary: there
+is no network or file-system isolation beyond Unix permissions (as root, the code can
+write where root can), and a process that leaves the session *and* replaces its
+environment escapes the clean-up. Run untrusted code at scale inside a container.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlkit.registry import TOOLS
+from rlkit.tools.base import Tool, ToolError, ToolTimeout
+
+logger = logging.getLogger(__name__)
+
+#: The uid / gid the sandbox runs as when the caller is root (``nobody``).
+NOBODY = 65534
+#: Name of the environment variable that marks a call's processes.
+MARKER_VARIABLE = "RLKIT_SANDBOX_ID"
+_MAX_POLL_S = 0.05
+
+_BOOTSTRAP = r"""
+import sys
+def _limit():
+    import json, resource
+    for name, (soft, hard) in json.loads(sys.argv[1]).items():
+        which = getattr(resource, name, None)
+        if which is not None:
+            try:
+                resource.setrlimit(which, (soft, hard))
+            except (ValueError, OSError):
+                pass
+_limit()
+del _limit
+def _run():
+    import ast, linecache, traceback
+    source = sys.stdin.buffer.read().decode("utf-8", "replace")
+    sys.argv = ["<code>"]
+    linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    try:
+        tree = ast.parse(source, "<code>")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, "<code>", "exec"), namespace)
+        if last is not None:
+            value = eval(compile(last, "<code>", "eval"), namespace)
+            if value is not None:
+                print(repr(value))
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "<code>":
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
+        sys.exit(1)
+_run()
+"""
+
+
+# -- /proc ----------------------------------------------------------------------
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, process group, session) of a process; None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
+    except (IndexError, ValueError):
+        return None
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running (not zombie) process."""
+    info = _proc_stat(pid)
+    return info is not None and info[0] not in ("Z", "X", "x")
+
+
+def session_members(sid: int, *, zombies: bool = True) -> list[int]:
+    """Processes in session or process group ``sid``."""
+    out = []
+    for pid in _pids():
+        info = _proc_stat(pid)
+        if info is None or (not zombies and info[0] in ("Z", "X", "x")):
+            continue
+        if sid in (info[2], info[3]):
+            out.append(pid)
+    return out
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _leftovers(sid: int, marker: bytes) -> list[int]:
+    me = os.getpid()
+    out = []
+    for pid in _pids():
+        info = _proc_stat(pid)
+        if pid == me or info is None or info[0] in ("Z", "X", "x"):
+            continue
+        if sid in (info[2], info[3]) or _has_marker(pid, marker):
+            out.append(pid)
+    return out
+
+
+def _kill_all(sid: int, marker: bytes) -> None:
+    """Kill the process group, the session and every process with the marker."""
+    for _ in range(100):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
+        left = _leftovers(sid, marker)
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+    logger.warning("python sandbox: processes of session %d survived SIGKILL", sid)
+
+
+def _tasks_of(uid: int) -> int:
+    """Processes and threads whose real uid is ``uid`` (what RLIMIT_NPROC counts)."""
+    total = 0
+    for pid in _pids():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        real_uid = threads = None
+        for line in status.splitlines():
+            if line.startswith("Uid:"):
+                real_uid = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+        if real_uid == uid:
+            total += threads or 1
+    return total
+
+
+# -- who runs it ------------------------------------------------------------------
+def _reachable_by_others(*paths: str) -> bool:
+    """Whether a user other than the owner can reach and use ``paths`` (exec / read)."""
+    for path in paths:
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            p = Path(candidate)
+            try:
+                if not all(os.stat(d).st_mode & stat.S_IXOTH for d in p.parents):
+                    return False
+                mode = os.stat(p).st_mode
+            except OSError:
+                return False
+            need = stat.S_IXOTH if p.is_file() else stat.S_IXOTH | stat.S_IROTH
+            if mode & need != need:
+                return False
+    return True
+
+
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str, *args: object) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    logger.warning(message, *args)
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one run of code produced.
+
+    Attributes:
+        output: stdout and stderr, interleaved, decoded (cut at ``max_output_bytes``).
+        status: ``"ok"`` (exit code 0), ``"error"`` (non-zero exit, killed by a signal
+            or past ``max_processes``) or ``"timeout"`` (wall-clock or CPU limit).
+        exit_code: the process's exit code; negative: killed by that signal.
+        reason: ``""``, ``"exit"``, ``"timeout"``, ``"cpu"``, ``"processes"`` or ``"signal"``.
+        duration_s: wall-clock seconds from start to the end of the clean-up.
+        uid: the user id the code ran as.
+    """
+
+    output: str
+    status: str
+    exit_code: int | None
+    reason: str
+    duration_s: float
+    uid: int
+
+
+@dataclass(frozen=True)
+class PythonSandbox:
+    """Limits of the ``python`` tool's process.
+
+    Attributes:
+        timeout_s: wall-clock limit in seconds when the caller gives none (the tool
+            runner passes its own ``timeout_s``); the CPU-time limit is its ceiling.
+        memory_bytes: ``RLIMIT_AS``, address space of each process (1 GiB); ``None``: none.
+        max_processes: processes and threads the code may start besides its own
+            process (``RLIMIT_NPROC`` or, as root, the watchdog); ``None``: no limit.
+        max_file_bytes: ``RLIMIT_FSIZE``, largest file written (16 MiB), output included.
+        max_open_files: ``RLIMIT_NOFILE``.
+        max_output_bytes: output bytes read back (1 MiB); the rest is counted, not read.
+        user: ``"auto"`` (``nobody`` when the caller is root and the interpreter is
+            reachable by others, else the caller's user), ``None`` (always the
+            caller's), a user name or a uid (the caller must be root).
+        executable: the interpreter; default ``sys.executable``.
+        site_packages: drop ``-S``, so that the caller's site-packages import too
+            (numpy, sympy, ...; the sandbox user must be able to read them).
+    """
+
+    timeout_s: float = 10.0
+    memory_bytes: int | None = 1 << 30
+    max_processes: int | None = 16
+    max_file_bytes: int | None = 16 << 20
+    max_open_files: int | None = 256
+    max_output_bytes: int = 1 << 20
+    user: int | str | None = "auto"
+    executable: str | None = None
+    site_packages: bool = False
+
+    def _identity(self, exe: str) -> tuple[int, int] | None:
+        """(uid, gid) to switch to, or None to run as the caller."""
+        if self.user is None:
+            return None
+        if self.user == "auto":
+            if os.geteuid() != 0 or exe in _unreachable:
+                return None
+            same = os.path.realpath(exe) == os.path.realpath(sys.executable)
+            needed = [exe, sysconfig.get_path("stdlib")] if same else [exe]
+            if _reachable_by_others(*needed):
+                return NOBODY, NOBODY
+            _unreachable.add(exe)
+            _warn_once(
+                exe,
+                "python tool: running sandboxed code as root, because %s is not reachable "
+                "by other users; processes are bounded by a watchdog, not RLIMIT_NPROC",
+                exe,
+            )
+            return None
+        import pwd
+
+        if isinstance(self.user, str):
+            entry = pwd.getpwnam(self.user)
+            return entry.pw_uid, entry.pw_gid
+        try:
+            return int(self.user), pwd.getpwuid(int(self.user)).pw_gid
+        except KeyError:
+            return int(self.user), int(self.user)
+
+    def _limits(self, timeout_s: float, uid: int) -> dict[str, tuple[int, int]]:
+        cpu = max(1, math.ceil(timeout_s))
+        limits = {"RLIMIT_CPU": (cpu, cpu + 1), "RLIMIT_CORE": (0, 0)}
+        for name, value in (
+            ("RLIMIT_AS", self.memory_bytes),
+            ("RLIMIT_FSIZE", self.max_file_bytes),
+            ("RLIMIT_NOFILE", self.max_open_files),
+        ):
+            if value is not None:
+                limits[name] = (int(value), int(value))
+        if self.max_processes is not None and uid != 0:
+            nproc = _tasks_of(uid) + 1 + int(self.max_processes)
+            limits["RLIMIT_NPROC"] = (nproc, nproc)
+        return limits
+
+    def run(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:
+        """Run ``code`` under the limits; never raises for anything the code does.
+
+        Args:
+            code: Python source.
+            timeout_s: wall-clock limit; default :attr:`timeout_s`.
+
+        Raises:
+            ToolError: the interpreter could not be started at all.
+        """
+        limit = float(self.timeout_s if timeout_s is None else timeout_s)
+        if not limit > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        exe = self.executable or sys.executable
+        identity = self._identity(exe)
+        start = time.monotonic()
+        top = tempfile.mkdtemp(prefix="rlkit-python-")
+        try:
+            work = os.path.join(top, "work")
+            os.mkdir(work, 0o700)
+            code_path, out_path = os.path.join(top, "code.py"), os.path.join(top, "output")
+            with open(code_path, "wb") as f:
+                f.write(str(code).encode("utf-8", "replace"))
+            try:
+                proc, uid, token = self._start(exe, identity, work, top, code_path, out_path, limit)
+            except OSError as exc:
+                if self.user != "auto" or identity is None:
+                    raise ToolError(f"Error: the Python sandbox could not start: {exc}") from exc
+                _unreachable.add(exe)  # the reachability check was wrong: run as the caller
+                _warn_once(exe, "python tool: cannot start %s as nobody (%s)", exe, exc)
+                proc, uid, token = self._start(exe, None, work, top, code_path, out_path, limit)
+            marker = f"{MARKER_VARIABLE}={token}".encode()
+            try:
+                watch = self.max_processes is not None and uid == 0
+                reason = self._watch(proc, start + limit, watch)
+            finally:
+                _kill_all(proc.pid, marker)  # before reaping: the pid (= session id) stays ours
+                proc.wait()
+            output = self._read_output(out_path)
+        finally:
+            _remove_tree(top)
+        return self._result(output, proc.returncode, reason, time.monotonic() - start, uid)
+
+    # -- internals ------------------------------------------------------------
+    def _start(
+        self,
+        exe: str,
+        identity: tuple[int, int] | None,
+        work: str,
+        top: str,
+        code_path: str,
+        out_path: str,
+        limit: float,
+    ) -> tuple[subprocess.Popen, int, str]:
+        uid = os.geteuid() if identity is None else identity[0]
+        kwargs: dict = {}
+        if identity is not None:
+            os.chown(work, *identity)
+            os.chmod(top, 0o711)
+            kwargs = {"user": identity[0], "group": identity[1], "extra_groups": []}
+        token = secrets.token_hex(16)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": work,
+            "TMPDIR": work,
+            MARKER_VARIABLE: token,
+        }
+        flags = ["-I", "-B", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
+        argv = [exe, *flags, "-c", _BOOTSTRAP, json.dumps(self._limits(limit, uid))]
+        with open(code_path, "rb") as stdin, open(out_path, "wb") as out:
+            proc = subprocess.Popen(
+                argv,
+                stdin=stdin,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=work,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,
+            )
+        return proc, uid, token
+
+    def _watch(self, proc: subprocess.Popen, deadline: float, count_processes: bool) -> str:
+        """Wait for the process to exit; the reason it was stopped, if any.
+
+        Where ``os.waitid`` exists the exit is seen without reaping the process, so
+        that its pid, the session id, cannot be reused before the clean-up.
+        """
+        pause, pid = 0.001, proc.pid
+        while True:
+            if hasattr(os, "waitid"):
+                try:
+                    exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                except ChildProcessError:
+                    return ""
+                if exited is not None:
+                    return ""
+            elif proc.poll() is not None:
+                return ""
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout"
+            if count_processes and len(session_members(pid)) > 1 + self.max_processes:
+                return "processes"
+            time.sleep(min(pause, deadline - now))
+            pause = min(pause * 2, _MAX_POLL_S)
+
+    def _read_output(self, path: str) -> str:
+        try:
+            size = os.path.getsize(path)
+            with open(path, "rb") as f:
+                data = f.read(self.max_output_bytes)
+        except OSError:
+            return ""
+        text = data.decode("utf-8", "replace")
+        if size > len(data):
+            text += f"\n...[output cut at {len(data)} of {size} bytes]"
+        return text
+
+    def _result(
+        self, output: str, code: int | None, reason: str, duration: float, uid: int
+    ) -> SandboxResult:
+        if reason == "timeout":
+            status = "timeout"
+        elif reason == "processes":
+            status = "error"
+        elif code == 0:
+            status, reason = "ok", ""
+        elif code is not None and code == -signal.SIGXCPU:
+            status, reason = "timeout", "cpu"
+        elif code is not None and code < 0:
+            status, reason = "error", "signal"
+        else:
+            status, reason = "error", "exit"
+        return SandboxResult(output, status, code, reason, duration, uid)
+
+
+_unreachable: set[str] = set()
+
+
+def _remove_tree(path: str) -> None:
+    def retry(function, failed, _exc_info) -> None:  # code may chmod its own files away
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(failed), 0o700)
+            os.chmod(failed, 0o700)
+            function(failed)
+
+    shutil.rmtree(path, onerror=retry)
+    if os.path.exists(path):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def result_text(result: SandboxResult, *, timeout_s: float, max_processes: int | None) -> str:
+    """The tool's text for a run; raises :class:`ToolError` / :class:`ToolTimeout` on failure."""
+    output = result.output.rstrip()
+    note = ""
+    if result.reason == "timeout":
+        note = f"[Timed out: the code ran longer than {timeout_s:g} s and was stopped]"
+    elif result.reason == "cpu":
+        note = f"[Timed out: CPU time limit of {math.ceil(timeout_s)} s exceeded]"
+    elif result.reason == "processes":
+        note = f"[Killed: the code started more than {max_processes} processes]"
+    elif result.reason == "signal":
+        name = signal.Signals(-result.exit_code).name if result.exit_code else "?"
+        note = f"[Killed by signal {name} (out of memory or CPU time?)]"
+    elif result.reason == "exit" and not output:
+        note = f"Error: the code exited with code {result.exit_code}"
+    text = "\n".join(part for part in (output, note) if part)
+    if result.status == "timeout":
+        raise ToolTimeout(text)
+    if result.status == "error":
+        raise ToolError(text)
+    return text or "(no output)"
+
+
+DEFAULT_SANDBOX = PythonSandbox()
+
+
+@TOOLS.register("python")
+def python(code: str, *, timeout_s: float | None = None) -> str:
+    """Run Python code in a fresh interpreter and return what it prints.
+
+    Only the standard library is available. Print the values you need; the value of a
+    last bare expression is printed too. Nothing is kept between calls, and time,
+    memory and processes are limited.
+
+    Args:
+        code: The Python source code to run.
+    """
+    return _run_tool(DEFAULT_SANDBOX, code, timeout_s)
+
+
+def _run_tool(box: PythonSandbox, code: str, timeout_s: float | None) -> str:
+    limit = box.timeout_s if timeout_s is None else timeout_s
+    result = box.run(code, timeout_s=limit)
+    return result_text(result, timeout_s=limit, max_processes=box.max_processes)
+
+
+def make_python_tool(sandbox: PythonSandbox | None = None, *, name: str = "python") -> Tool:
+    """A ``python`` tool with ``sandbox``'s limits (default: :class:`PythonSandbox`'s).
+
+    Example: ``make_python_tool(PythonSandbox(memory_bytes=4 << 30, site_packages=True))``.
+    """
+    box = sandbox or PythonSandbox()
+
+    def tool(code: str, *, timeout_s: float | None = None) -> str:
+        return _run_tool(box, code, timeout_s)
+
+    tool.__doc__ = python.__doc__
+    if box.site_packages:
+        tool.__doc__ = tool.__doc__.replace(
+            "Only the standard library is available.", "Installed packages can be imported."
+        )
+    return Tool.from_function(tool, name=name)

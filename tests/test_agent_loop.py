@@ -1,0 +1,215 @@
+"""Multi-turn tool use: token-exact trajectories, inserted tokens never trained, errors counted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, tool_agent
+from rlkit.rollout.base import SamplingParams
+from rlkit.rollout.hf_engine import HFEngine
+from rlkit.rollout.observations import ObservationRenderer
+from rlkit.tasks.tool_arithmetic import tool_sft_model
+from rlkit.tools import schemas
+from rlkit.trainer.batch import build_batch
+from rlkit.trainer.modules import ActorModule
+from tests.sglang.local_policy import LocalPolicyWeights
+
+CHATML = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def calculator(expression: str) -> str:
+    """A calculator that is always broken, to see tool errors reach the policy.
+
+    Args:
+        expression: ignored.
+    """
+    raise RuntimeError("the calculator is out of order")
+
+
+@pytest.fixture(scope="module")
+def tool_model_dir(tmp_path_factory):
+    return tool_sft_model(str(tmp_path_factory.mktemp("tool_sft") / "model"), steps=200)
+
+
+def _requests(tokenizer, pairs):
+    tools = schemas(["calculator"])
+    out = []
+    for a, b in pairs:
+        messages = [{"role": "user", "content": f"{a}*{b}"}]
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True
+        )
+        out.append(AgentRequest(tokenizer(text, add_special_tokens=False)["input_ids"], messages))
+    return out
+
+
+def _roll(model_dir, pairs, *, n=1, temperature=0.0, tools=("calculator",), max_new=120):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    engine = HFEngine(
+        LocalPolicyWeights(model, version=5),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_ids=[tokenizer.eos_token_id],
+    )
+    params = SamplingParams(max_new_tokens=max_new, temperature=temperature, n=n, seed=0)
+    config = AgentConfig(tools=tools, max_turns=3)
+    trajectories, _ = tool_agent(
+        engine,
+        _requests(tokenizer, pairs),
+        params,
+        tokenizer=tokenizer,
+        config=config,
+        policy_version=5,
+    )
+    return tokenizer, model, trajectories
+
+
+def test_renderer_adds_the_separator_the_policy_never_samples():
+    from rlkit.models.tiny import train_byte_tokenizer
+
+    tok = train_byte_tokenizer()
+    tok.add_special_tokens({"additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    tok.chat_template = CHATML
+    renderer = ObservationRenderer(tok)
+    assert renderer.turn_suffix == "<|im_end|>\n"
+    ids = renderer.observation_ids(
+        [{"role": "tool", "content": "42"}], policy_text_tail="...<|im_end|>"
+    )
+    # The "\n" after <|im_end|> comes first: the policy stopped at <|im_end|>.
+    assert tok.decode(ids) == "\n<|im_start|>tool\n42<|im_end|>\n<|im_start|>assistant\n"
+    # A turn cut by the budget (no stop token) gets the whole closing text.
+    cut = renderer.observation_ids([{"role": "tool", "content": "42"}], policy_text_tail="4")
+    assert tok.decode(cut).startswith("<|im_end|>\n<|im_start|>tool")
+
+
+def test_a_template_without_chat_support_is_refused():
+    from rlkit.models.tiny import train_byte_tokenizer
+
+    with pytest.raises(ValueError, match="needs a tokenizer with a chat template"):
+        ObservationRenderer(train_byte_tokenizer())
+
+
+def test_greedy_tool_conversation_is_token_exact_with_the_template(tool_model_dir):
+    tok, _, trajectories = _roll(tool_model_dir, [(23, 7), (58, 4)])
+    used = [t for t in trajectories if t.stats["tool_calls"] > 0]
+    assert used, "the warmed-up policy should call the calculator on some prompts"
+    for traj in used:
+        # Policy ids, then the tool result (mask 0), then the policy again.
+        assert 0 in traj.loss_mask and traj.loss_mask[0] == 1 and traj.loss_mask[-1] == 1
+        assert all(v == 5 for v, m in zip(traj.policy_version, traj.loss_mask) if m)
+        assert all(
+            v == -1 and lp == 0
+            for v, lp, m in zip(traj.policy_version, traj.rollout_log_probs, traj.loss_mask)
+            if not m
+        )
+        # Prompt + response ids are exactly the template's rendering of the conversation
+        # (without the final "\n" after the last </s>, which nothing samples).
+        full = tok.apply_chat_template(
+            traj.conversation, tools=schemas(["calculator"]), tokenize=False
+        )
+        expected = tok(full.removesuffix("\n"), add_special_tokens=False)["input_ids"]
+        assert traj.prompt_ids + traj.response_ids == expected
+        assert [m["role"] for m in traj.conversation] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_teacher_forced_log_probs_equal_the_rollout_ones_on_policy_tokens(tool_model_dir):
+    tok, model, trajectories = _roll(
+        tool_model_dir, [(23, 7), (58, 4), (91, 3)], n=2, temperature=1.0
+    )
+    batch = build_batch(
+        trajectories,
+        pad_token_id=tok.pad_token_id,
+        response_width=max(len(t) for t in trajectories),
+        index=[0] * len(trajectories),
+        scores=[0.0] * len(trajectories),
+        acc=[0.0] * len(trajectories),
+        data_sources=["toy"] * len(trajectories),
+    )
+    assert (
+        (batch.loss_mask == 0).logical_and(batch.attention_mask[:, batch.prompt_width :] == 1).any()
+    )
+    actor = ActorModule(model)
+    logp, _ = actor(batch.model_inputs(), batch.prompt_width, 1.0, False)
+    mask = batch.loss_mask.bool()
+    torch.testing.assert_close(logp[mask], batch.rollout_log_probs[mask], rtol=0, atol=1e-5)
+    # The gradient of a loss over the policy tokens is exactly zero on inserted tokens.
+    logp = logp.detach().requires_grad_()
+    ((logp * batch.loss_mask).sum() / batch.loss_mask.sum()).backward()
+    assert logp.grad[~mask].abs().max() == 0
+
+
+def test_tool_errors_go_back_to_the_policy_and_are_counted(tool_model_dir):
+    _, _, trajectories = _roll(
+        tool_model_dir,
+        [(23, 7), (58, 4)],
+        tools=("tests.test_agent_loop:calculator",),
+        max_new=240,  # room for the error message after the call
+    )
+    called = [t for t in trajectories if t.stats["tool_calls"] > 0]
+    assert called
+    for traj in called:
+        assert traj.stats["tool_errors"] >= 1
+        tool_messages = [m["content"] for m in traj.conversation if m["role"] == "tool"]
+        assert any("out of order" in m for m in tool_messages)
+
+
+def test_a_budget_that_runs_out_at_a_tool_result_truncates_and_counts(tool_model_dir):
+    # 80 tokens hold the call (~75) but not the result after it.
+    _, _, trajectories = _roll(tool_model_dir, [(23, 7)], max_new=80)
+    (traj,) = trajectories
+    assert traj.finish_reason == "length" and traj.stats["truncated"] == 1.0
+    assert all(traj.loss_mask)  # nothing inserted that the budget had no room for
+    assert len(traj) <= 80
+
+
+def test_agent_settings_are_checked_by_name():
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['max_turn'\]"):
+        agent_config({"max_turn": 3})
+    assert agent_config({"tools": "calculator"}).tools == ("calculator",)
+    assert AgentConfig(max_turns=0).problems() == [
+        "RolloutConfig.agent max_turns must be >= 1, got 0"
+    ]
+
+
+def test_the_trainer_trains_steps_with_the_tool_agent(tool_model_dir, tmp_path):
+    import functools
+
+    from rlkit.tasks.tool_arithmetic import tool_arithmetic_dataset
+    from rlkit.trainer.trainer import RLTrainer
+    from tests.experiment_factory import small_experiment
+
+    cfg = small_experiment(
+        tool_model_dir,
+        tmp_path / "run",
+        data={
+            "dataset_fn": functools.partial(tool_arithmetic_dataset, limit=16),
+            # Lengths differ between samples, so advantages (and the update) are not zero.
+            "reward": "length_penalty",
+            "reward_options": {"max_response_length": 120},
+            "max_prompt_length": 48,
+        },
+        rollout={
+            "agent_loop": "tool_agent",
+            "agent": {"tools": ["calculator"], "max_turns": 3},
+            "max_response_length": 120,
+            "val_n": 1,
+            "val_temperature": 0.0,
+        },
+        optim={"ppo_mini_batch_size": 4, "micro_batch_size": 8},
+        trainer={"total_steps": 2, "save_at_end": False},
+    )
+    history = RLTrainer(cfg).run()
+    assert len(history) == 2
+    for metrics in history:
+        assert metrics["tool_calls/mean"] > 0 and metrics["num_turns/max"] >= 2
+        assert metrics["response_length/inserted_tokens/mean"] > 0
+        assert metrics["reward/num_errors"] == 0  # sampled calls may be malformed: tool/errors
+        assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
+    assert "val/tool_arithmetic/tool_call_rate" in history[-1]
