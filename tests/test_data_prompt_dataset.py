@@ -35,6 +35,7 @@ def test_jsonl_rows_map_to_the_schema_with_an_instruction_suffix(tmp_path):
         "prompt": [{"role": "user", "content": f"What is 2 + 2? {GSM8K_INSTRUCTION}"}],
         "ground_truth": "4",
         "data_source": "toy",  # the file stem
+        "extra_info": "{}",  # rows without one get an empty object
     }
     assert ds["ground_truth"] == ["4", "9"]
 

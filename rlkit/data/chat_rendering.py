@@ -43,11 +43,11 @@ def render_prompt(
             "set DataConfig.use_chat_template = True and use a tokenizer that has one"
         )
     if has_template:
+        # tools= only when there are some: a tokenizer whose template takes none may not
+        # accept the keyword.
+        extra = {"tools": list(tools)} if tools else {}
         return tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=list(tools) if tools else None,
-            tokenize=False,
-            add_generation_prompt=True,
+            [dict(m) for m in messages], tokenize=False, add_generation_prompt=True, **extra
         )
     lines = [f"{m['role']}: {m['content']}" for m in messages]
     return "\n".join([*lines, "assistant:"])

@@ -11,12 +11,13 @@ exact-match reward then has to find out which answers are right.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from pathlib import Path
 
 import gin
 import torch
+
+from rlkit.tasks.warmup import cached, publish, right_padded, supervised_warmup
 
 #: Renders chat messages as their bare contents, so the prompt is exactly "a+b=".
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -115,8 +116,7 @@ def arithmetic_sft_model(
         "max_operand": max_operand,
     }
     out = Path(output_dir)
-    marker = out / "rlkit_sft.json"
-    if marker.exists() and json.loads(marker.read_text()).get("settings") == settings:
+    if cached(out, settings):
         return str(out)
 
     from transformers import AutoModelForCausalLM
@@ -137,31 +137,13 @@ def arithmetic_sft_model(
     torch.manual_seed(seed)
     rng = random.Random(seed)
     pairs = addition_pairs("train", max_operand=max_operand)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    model.train()
-    for step in range(steps):
-        batch = [rng.choice(pairs) for _ in range(batch_size)]
-        ids, labels = _sft_batch(batch, tokenizer, rng, label_noise, tuple(wrong_offsets))
-        loss = model(
-            input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels
-        ).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 250 == 0 or step == steps - 1:
-            print(f"[sft] step {step:4d}/{steps} loss {loss.item():.4f}", flush=True)
-    model.save_pretrained(tmp)
-    marker_tmp = tmp / "rlkit_sft.json"
-    marker_tmp.write_text(json.dumps({"settings": settings}))
-    if out.exists():
-        import shutil
 
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return str(out)
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        batch = [rng.choice(pairs) for _ in range(batch_size)]
+        return _sft_batch(batch, tokenizer, rng, label_noise, tuple(wrong_offsets))
+
+    supervised_warmup(model, next_batch, steps=steps, lr=lr, pad_token_id=tokenizer.pad_token_id)
+    return publish(model, tmp, out, settings)
 
 
 def _sft_batch(
@@ -177,10 +159,4 @@ def _sft_batch(
         answer = answer + [tokenizer.eos_token_id]
         rows.append(prompt + answer)
         label_rows.append([-100] * len(prompt) + answer)
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    for i, (r, lab) in enumerate(zip(rows, label_rows)):
-        ids[i, : len(r)] = torch.tensor(r)
-        labels[i, : len(lab)] = torch.tensor(lab)
-    return ids, labels
+    return right_padded(list(zip(rows, label_rows)), tokenizer.pad_token_id)

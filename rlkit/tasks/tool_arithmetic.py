@@ -22,6 +22,8 @@ from pathlib import Path
 import gin
 import torch
 
+from rlkit.tasks.warmup import cached, publish, right_padded, supervised_warmup
+
 DATA_SOURCE = "tool_arithmetic"
 
 TOOL_CHAT_TEMPLATE = (
@@ -128,8 +130,7 @@ def tool_sft_model(
         "seed": seed,
     }
     out = Path(output_dir)
-    marker = out / "rlkit_sft.json"
-    if marker.exists() and json.loads(marker.read_text()).get("settings") == settings:
+    if cached(out, settings):
         return str(out)
     tokenizer = train_byte_tokenizer()
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
@@ -148,37 +149,24 @@ def tool_sft_model(
     rng = random.Random(seed)
     # Every demonstration rendered once: a chat-template render per row and step would
     # cost more than the model's forward and backward.
+    pairs = multiplication_pairs("train")
     demos = {
         (pair, use_tool): _demonstration(tokenizer, *pair, use_tool)
-        for pair in multiplication_pairs("train")
+        for pair in pairs
         for use_tool in (False, True)
     }
-    pairs = multiplication_pairs("train")
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    model.train()
-    for step in range(steps):
-        rows = [demos[rng.choice(pairs), rng.random() < tool_rate] for _ in range(batch_size)]
-        width = max(len(ids) for ids, _ in rows)
-        ids = torch.full((batch_size, width), tokenizer.pad_token_id, dtype=torch.long)
-        labels = torch.full((batch_size, width), -100, dtype=torch.long)
-        for i, (r, lab) in enumerate(rows):
-            ids[i, : len(r)], labels[i, : len(lab)] = torch.tensor(r), torch.tensor(lab)
-        loss = model(
-            input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), labels=labels
-        ).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 200 == 0 or step == steps - 1:
-            print(f"[tool sft] step {step:4d}/{steps} loss {loss.item():.4f}", flush=True)
-    model.save_pretrained(tmp)
-    (tmp / "rlkit_sft.json").write_text(json.dumps({"settings": settings}))
-    if out.exists():
-        import shutil
 
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return str(out)
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        rows = [demos[rng.choice(pairs), rng.random() < tool_rate] for _ in range(batch_size)]
+        return right_padded(rows, tokenizer.pad_token_id)
+
+    supervised_warmup(
+        model,
+        next_batch,
+        steps=steps,
+        lr=lr,
+        pad_token_id=tokenizer.pad_token_id,
+        tag="tool sft",
+        log_every=200,
+    )
+    return publish(model, tmp, out, settings)

@@ -1,0 +1,75 @@
+"""Supervised warm-up of a tiny model, and the cache that keeps it between runs.
+
+The built-in tasks build a tiny Qwen2 and train it briefly on demonstrations so that
+RL starts from a policy that knows the answer format. A model directory trained with
+the same settings is reused (``rlkit_sft.json`` records them); a new one is written
+beside it and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+MARKER = "rlkit_sft.json"
+
+
+def cached(out: Path, settings: dict[str, Any]) -> bool:
+    """True when ``out`` holds a model trained with exactly ``settings``."""
+    marker = out / MARKER
+    return marker.exists() and json.loads(marker.read_text()).get("settings") == settings
+
+
+def supervised_warmup(
+    model: torch.nn.Module,
+    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    *,
+    steps: int,
+    lr: float,
+    pad_token_id: int,
+    tag: str = "sft",
+    log_every: int = 250,
+) -> None:
+    """AdamW with a one-cycle schedule on ``next_batch()`` = (ids, labels), labels -100
+    where nothing is trained; gradients clipped at 1."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    model.train()
+    for step in range(steps):
+        ids, labels = next_batch()
+        loss = model(input_ids=ids, attention_mask=(ids != pad_token_id).long(), labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        if step % log_every == 0 or step == steps - 1:
+            print(f"[{tag}] step {step:4d}/{steps} loss {loss.item():.4f}", flush=True)
+
+
+def publish(model: torch.nn.Module, tmp: Path, out: Path, settings: dict[str, Any]) -> str:
+    """Save ``model`` in ``tmp`` with its settings, then move it to ``out``; return ``out``."""
+    model.save_pretrained(tmp)
+    (tmp / MARKER).write_text(json.dumps({"settings": settings}))
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return str(out)
+
+
+def right_padded(
+    rows: list[tuple[list[int], list[int]]], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels) rows right-padded into two (B, L) tensors (labels padded with -100)."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    for i, (r, lab) in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        labels[i, : len(lab)] = torch.tensor(lab)
+    return ids, labels
