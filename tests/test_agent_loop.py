@@ -178,6 +178,23 @@ def test_agent_settings_are_checked_by_name():
     ]
 
 
+def test_a_misspelt_tool_is_named_before_any_work():
+    from rlkit.registry import UnknownNameError
+    from rlkit.trainer.config import (
+        AlgorithmConfig,
+        DataConfig,
+        RolloutConfig,
+        check_registered_names,
+    )
+
+    for tools in ("calculator", ["calculator"]):  # one name or a list
+        rollout = RolloutConfig(agent_loop="tool_agent", agent={"tools": tools})
+        check_registered_names(AlgorithmConfig(), DataConfig(), rollout)
+    bad = RolloutConfig(agent_loop="tool_agent", agent={"tools": ["calculater"]})
+    with pytest.raises(UnknownNameError, match="Did you mean 'calculator'"):
+        check_registered_names(AlgorithmConfig(), DataConfig(), bad)
+
+
 def test_the_trainer_trains_steps_with_the_tool_agent(tool_model_dir, tmp_path):
     import functools
 

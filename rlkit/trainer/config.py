@@ -310,5 +310,6 @@ def check_registered_names(
     REWARDS.entry(data.reward)
     ROLLOUT_ENGINES.entry(rollout.engine)
     AGENT_LOOPS.entry(rollout.agent_loop)
-    for tool in rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ():
+    tools = rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ()
+    for tool in (tools,) if isinstance(tools, str) else tools:
         TOOLS.entry(tool)
