@@ -9,7 +9,7 @@
 #   bash scripts/portability_check.sh tests/test_trainer_microbatching.py -k gradients
 #
 # Arguments go to `pytest -q` unchanged. Threads are set through RLKIT_TEST_NUM_THREADS
-# (tests/conftest.py: torch.set_num_threads at session start, and OMP_NUM_THREADS /
+# (tests/conftest.py: torch.set_num_threads when pytest starts, and OMP_NUM_THREADS /
 # MKL_NUM_THREADS exported to subprocesses). PORTABILITY_CONFIGS="threads:capability ..."
 # picks other configurations: capability "native" leaves ATEN_CPU_CAPABILITY unset, any
 # other value is exported as is (torch knows default = scalar, avx2, avx512; a value
