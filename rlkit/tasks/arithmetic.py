@@ -17,7 +17,7 @@ from pathlib import Path
 import gin
 import torch
 
-from rlkit.tasks.warmup import cached, publish, right_padded, supervised_warmup
+from rlkit.tasks.warmup import cached, fresh_model, publish, right_padded, supervised_warmup
 
 #: Renders chat messages as their bare contents, so the prompt is exactly "a+b=".
 PLAIN_CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
@@ -103,7 +103,7 @@ def arithmetic_sft_model(
             the default, a consistent off-by-one, gives a policy torn between two answers
             that RL can resolve with one transferable preference.
     """
-    from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
+    from rlkit.models.tiny import train_byte_tokenizer
 
     settings = {
         "steps": steps,
@@ -119,22 +119,16 @@ def arithmetic_sft_model(
     if cached(out, settings):
         return str(out)
 
-    from transformers import AutoModelForCausalLM
-
     tokenizer = train_byte_tokenizer([f"{a}+{b}={a + b}" for a in range(10) for b in range(10)])
     tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
-    tmp = out.with_name(out.name + ".tmp")
-    build_tiny_qwen2(
-        tmp,
+    model, tmp = fresh_model(
+        out,
         tokenizer,
         hidden_size=hidden_size,
         num_layers=num_layers,
-        intermediate_size=4 * hidden_size,
-        max_position_embeddings=64,
+        max_positions=64,
         seed=seed,
     )
-    model = AutoModelForCausalLM.from_pretrained(tmp)
-    torch.manual_seed(seed)
     rng = random.Random(seed)
     pairs = addition_pairs("train", max_operand=max_operand)
 

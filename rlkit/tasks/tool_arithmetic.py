@@ -22,7 +22,7 @@ from pathlib import Path
 import gin
 import torch
 
-from rlkit.tasks.warmup import cached, publish, right_padded, supervised_warmup
+from rlkit.tasks.warmup import cached, fresh_model, publish, right_padded, supervised_warmup
 
 DATA_SOURCE = "tool_arithmetic"
 
@@ -116,9 +116,8 @@ def tool_sft_model(
     :func:`rlkit.tasks.arithmetic.arithmetic_sft_model`: a directory trained with the
     same settings is reused.
     """
-    from transformers import AutoModelForCausalLM
 
-    from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
+    from rlkit.models.tiny import train_byte_tokenizer
 
     settings = {
         "steps": steps,
@@ -134,18 +133,14 @@ def tool_sft_model(
         return str(out)
     tokenizer = train_byte_tokenizer()
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
-    tmp = out.with_name(out.name + ".tmp")
-    build_tiny_qwen2(
-        tmp,
+    model, tmp = fresh_model(
+        out,
         tokenizer,
         hidden_size=hidden_size,
         num_layers=num_layers,
-        intermediate_size=4 * hidden_size,
-        max_position_embeddings=256,
+        max_positions=256,
         seed=seed,
     )
-    model = AutoModelForCausalLM.from_pretrained(tmp)
-    torch.manual_seed(seed)
     rng = random.Random(seed)
     # Every demonstration rendered once: a chat-template render per row and step would
     # cost more than the model's forward and backward.

@@ -25,6 +25,30 @@ def cached(out: Path, settings: dict[str, Any]) -> bool:
     return marker.exists() and json.loads(marker.read_text()).get("settings") == settings
 
 
+def fresh_model(
+    out: Path, tokenizer: Any, *, hidden_size: int, num_layers: int, max_positions: int, seed: int
+) -> tuple[torch.nn.Module, Path]:
+    """A random tiny Qwen2 (MLP width 4 x hidden) saved beside ``out`` and loaded back,
+    with torch seeded to ``seed`` for the warm-up; returns (model, the temporary dir)."""
+    from transformers import AutoModelForCausalLM
+
+    from rlkit.models.tiny import build_tiny_qwen2
+
+    tmp = out.with_name(out.name + ".tmp")
+    build_tiny_qwen2(
+        tmp,
+        tokenizer,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        intermediate_size=4 * hidden_size,
+        max_position_embeddings=max_positions,
+        seed=seed,
+    )
+    model = AutoModelForCausalLM.from_pretrained(tmp)
+    torch.manual_seed(seed)
+    return model, tmp
+
+
 def supervised_warmup(
     model: torch.nn.Module,
     next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
