@@ -257,6 +257,7 @@ REWARDS: Registry[Callable[..., Any]] = Registry("reward function", home="reward
 ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine", home="rlkit.rollout")
 AGENT_LOOPS: Registry[Callable[..., Any]] = Registry("agent loop", home="rlkit.rollout.agent_loop")
 TOOLS: Registry[Callable[..., Any]] = Registry("tool", home="rlkit.tools")
+INTERACTIONS: Registry[Callable[..., Any]] = Registry("interaction", home="rlkit.interactions")
 
 #: Registries shown by ``rlkit list``, keyed by the CLI's group name.
 LISTED: dict[str, Registry[Any]] = {
@@ -270,4 +271,5 @@ LISTED: dict[str, Registry[Any]] = {
     "rollout_engines": ROLLOUT_ENGINES,
     "agent_loops": AGENT_LOOPS,
     "tools": TOOLS,
+    "interactions": INTERACTIONS,
 }

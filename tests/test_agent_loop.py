@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, tool_agent
-from rlkit.rollout.base import SamplingParams
+from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.hf_engine import HFEngine
 from rlkit.rollout.observations import ObservationRenderer
 from rlkit.tasks.tool_arithmetic import tool_sft_model
@@ -230,3 +231,137 @@ def test_the_trainer_trains_steps_with_the_tool_agent(tool_model_dir, tmp_path):
         assert metrics["reward/num_errors"] == 0  # sampled calls may be malformed: tool/errors
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     assert "val/tool_arithmetic/tool_call_rate" in history[-1]
+
+
+def _engine(model_dir):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    weights = LocalPolicyWeights(model, version=0)
+    return tok, HFEngine(weights, pad_token_id=tok.pad_token_id, eos_token_ids=[tok.eos_token_id])
+
+
+class _ReprefillEngine(RolloutEngine):
+    """The same engine seen through ``generate`` only: every turn prefills its context."""
+
+    def __init__(self, inner: HFEngine) -> None:
+        self.inner = inner
+
+    def generate(self, prompt_ids, params):
+        return self.inner.generate(prompt_ids, params)
+
+    def sync_weights(self, weights):
+        return self.inner.sync_weights(weights)
+
+
+def test_kv_cache_continuation_gives_the_conversation_of_a_full_re_prefill(tool_model_dir):
+    tok = AutoTokenizer.from_pretrained(tool_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tool_model_dir)
+    engine = HFEngine(
+        LocalPolicyWeights(model, version=5),
+        pad_token_id=tok.pad_token_id,
+        eos_token_ids=[tok.eos_token_id],
+    )
+    requests = _requests(tok, [(23, 7), (58, 4), (91, 3), (7, 6)])
+    params = SamplingParams(max_new_tokens=160, temperature=0.0, n=2)
+    config = AgentConfig(tools=("calculator",), max_turns=3)
+    run = functools.partial(
+        tool_agent, requests=requests, params=params, tokenizer=tok, config=config,
+        policy_version=5,
+    )  # fmt: skip
+    continued, metrics = run(engine)
+    reprefilled, _ = run(_ReprefillEngine(engine))
+    # Tool rows came back to the batch with their cache: their earlier ids were not run again.
+    assert sum(t.stats["tool_calls"] > 0 for t in continued) >= 2
+    assert metrics["rollout/kv_reused_tokens"] > 0
+    for a, b in zip(continued, reprefilled):
+        assert a.response_ids == b.response_ids and a.loss_mask == b.loss_mask
+        torch.testing.assert_close(
+            torch.tensor(a.rollout_log_probs), torch.tensor(b.rollout_log_probs), rtol=0, atol=1e-5
+        )
+
+
+def test_a_trajectory_waiting_for_its_tool_never_blocks_the_others(tool_model_dir):
+    """Trajectory 0 waits until trajectory 1 has finished two turns: only a loop that keeps
+    decoding the others while one waits can finish (a lock-step loop would deadlock)."""
+    import asyncio
+
+    tok, engine = _engine(tool_model_dir)
+    turns = engine.turns(SamplingParams(temperature=0.0))
+    prompt = _requests(tok, [(23, 7)])[0].prompt_ids
+    other_done = None
+
+    async def waiting():
+        first = await turns.generate(0, prompt, 8)
+        await asyncio.wait_for(other_done.wait(), timeout=60)  # "the tool"
+        second = await turns.generate(0, prompt + first.response_ids + [tok.eos_token_id], 8)
+        return first, second
+
+    async def other():
+        context = list(prompt)
+        for _ in range(2):
+            got = await turns.generate(1, context, 8)
+            context += got.response_ids
+        other_done.set()
+        return context
+
+    async def main():
+        nonlocal other_done
+        other_done = asyncio.Event()
+        return await asyncio.gather(waiting(), other())
+
+    from rlkit.rollout.turns import run_turns
+
+    (first, second), context = run_turns(turns, main())
+    # Both finished (a deadlock would have timed out), each turn within its budget.
+    assert 1 <= len(first.response_ids) <= 8 and 1 <= len(second.response_ids) <= 8
+    assert len(prompt) + 2 <= len(context) <= len(prompt) + 16
+
+
+def test_a_math_tutor_asks_again_after_a_wrong_answer_and_scores_the_last(tool_model_dir):
+    tok, engine = _engine(tool_model_dir)
+    requests = [
+        AgentRequest(r.prompt_ids, r.messages, ground_truth="not a number the model writes")
+        for r in _requests(tok, [(23, 7), (58, 4)])
+    ]
+    config = AgentConfig(
+        interaction="math_tutor", interaction_options={"max_attempts": 2}, max_turns=4
+    )
+    trajectories, _ = tool_agent(
+        engine, requests, SamplingParams(max_new_tokens=200, temperature=0.0),
+        tokenizer=tok, config=config, policy_version=0,
+    )  # fmt: skip
+    for traj in trajectories:
+        roles = [m["role"] for m in traj.conversation]
+        # Wrong twice: the tutor's feedback between the answers, then the end (score 0).
+        assert roles == ["user", "assistant", "user", "assistant"], roles
+        assert traj.conversation[2]["content"] == "Incorrect, try again."
+        assert traj.stats["user_turns"] == 1.0 and traj.finish_reason == "stop"
+        assert traj.token_rewards is not None and sum(traj.token_rewards) == 0.0
+        assert 0 in traj.loss_mask and traj.loss_mask[-1] == 1  # the feedback is not trained
+
+
+def test_the_math_tutor_scores_right_answers_less_after_each_retry():
+    from rlkit.interactions import InteractionReply, make_interaction
+
+    tutor = make_interaction("math_tutor", {"max_attempts": 3, "retry_penalty": 0.25})
+    ask = [{"role": "user", "content": "2+2?"}]
+    kw = {"ground_truth": "4", "data_source": "toy", "extra_info": {}}
+    assert tutor.reply([*ask, {"role": "assistant", "content": "4"}], **kw) == InteractionReply(
+        None, 1.0
+    )
+    retry = [*ask, {"role": "assistant", "content": "5"}]
+    assert tutor.reply(retry, **kw) == InteractionReply("Incorrect, try again.", 0.0)
+    second = [*retry, {"role": "user", "content": "Incorrect, try again."}]
+    # Right at the 2nd attempt: 1 - 0.25 * 1 = 0.75.
+    assert tutor.reply([*second, {"role": "assistant", "content": "4"}], **kw).score == 0.75
+    third = [*second, {"role": "assistant", "content": "3"}]
+    third += [{"role": "user", "content": "Incorrect, try again."}]
+    # Wrong at the 3rd and last attempt: the conversation ends with 0.
+    assert tutor.reply([*third, {"role": "assistant", "content": "1"}], **kw) == InteractionReply(
+        None, 0.0
+    )
+    assert (
+        AgentConfig(interaction="math_tutr")
+        .problems()[0]
+        .startswith("RolloutConfig.agent interaction:")
+    )

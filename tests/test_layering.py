@@ -33,6 +33,7 @@ LAYERS = {
     "rlkit.distributed": 2,
     "rlkit.tasks": 2,
     "rlkit.tools": 2,
+    "rlkit.interactions": 2,
     "rlkit.ops": 3,
     "rlkit.rollout": 3,
     "rlkit.testing": 3,

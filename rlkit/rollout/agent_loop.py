@@ -20,21 +20,29 @@ with ``requests`` the prompts of this process (:class:`AgentRequest`) and
   unknown tool, bad arguments, a tool that raises or times out: the error text is
   the tool's answer (the policy's problem, never the trainer's), and it is counted.
 
-Every turn of ``tool_agent`` passes each row's whole context (prompt, earlier turns,
-tool results) to the engine as token ids, so the policy's own ids are never
-re-tokenised; the engine prefills that context again each turn.
+Every trajectory of ``tool_agent`` is its own coroutine: it asks the engine for its
+next turn with its whole context as token ids (so the policy's own ids are never
+re-tokenised) and waits for its tools in worker threads while other trajectories
+decode (:mod:`rlkit.rollout.turns`). The embedded engine continues each
+trajectory's KV cache across its turns; SGLang sends each turn as its own request.
+With an ``interaction`` (:mod:`rlkit.interactions`), a simulated user answers every
+policy turn that calls no tool, and its scores become token rewards.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
+from rlkit.interactions import make_interaction
 from rlkit.registry import AGENT_LOOPS
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.observations import ObservationRenderer
 from rlkit.rollout.trajectory import NOT_GENERATED, Trajectory, trajectories_from_rollout
+from rlkit.rollout.turns import run_turns, turn_generator
 
 
 @dataclass(frozen=True)
@@ -44,10 +52,14 @@ class AgentRequest:
     Attributes:
         prompt_ids: the rendered prompt (tools included in it when the loop uses tools).
         messages: the prompt's chat messages (the start of the conversation).
+        ground_truth, data_source, extra_info: the dataset row's, for an interaction.
     """
 
     prompt_ids: list[int]
     messages: list[dict[str, Any]] = field(default_factory=list)
+    ground_truth: str = ""
+    data_source: str = ""
+    extra_info: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,10 @@ class AgentConfig:
         tool_timeout_s: wall-clock limit of one tool call.
         max_parallel_tools: tool calls run at once (over all rows of a turn).
         max_tool_output_chars: a tool answer longer than this is cut (marked).
+        interaction: a registered interaction (or ``pkg.module:factory``) that answers
+            as the user whenever the policy answers without a tool call; ``None``: the
+            first such answer ends the trajectory.
+        interaction_options: keyword arguments of the interaction's factory.
     """
 
     tools: tuple[str, ...] = ()
@@ -69,6 +85,8 @@ class AgentConfig:
     tool_timeout_s: float = 5.0
     max_parallel_tools: int = 8
     max_tool_output_chars: int = 2000
+    interaction: str | None = None
+    interaction_options: Mapping[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list[str]:
         """What is wrong with these settings, one line each (empty when valid)."""
@@ -85,6 +103,11 @@ class AgentConfig:
             out.append(
                 f"RolloutConfig.agent max_parallel_tools must be >= 1, got {self.max_parallel_tools}"
             )
+        if self.interaction is not None:
+            try:
+                make_interaction(self.interaction, self.interaction_options)
+            except (TypeError, ValueError, LookupError, ImportError) as exc:
+                out.append(f"RolloutConfig.agent interaction: {exc}")
         return out
 
 
@@ -123,6 +146,12 @@ class _Row:
     tool_errors: int = 0
     tool_timeouts: int = 0
     tool_latency_s: float = 0.0
+    user_turns: int = 0
+    rewards: dict[int, float] = field(default_factory=dict)  # position -> token reward
+
+    def score_last_token(self, score: float) -> None:
+        """Give ``score`` to the last token (the end of the turn just taken)."""
+        self.rewards[len(self.ids) - 1] = self.rewards.get(len(self.ids) - 1, 0.0) + score
 
     def append(self, ids: Sequence[int], log_probs: Sequence[float] | None, version: int) -> None:
         self.ids += ids
@@ -145,12 +174,16 @@ class _Row:
             prompt_index=self.prompt_index,
             finish_reason=self.finish,
             conversation=self.conversation,
+            token_rewards=[self.rewards.get(i, 0.0) for i in range(len(self.ids))]
+            if self.rewards
+            else None,
             stats={
                 "num_turns": float(self.turns),
                 "tool_calls": float(self.tool_calls),
                 "tool_errors": float(self.tool_errors),
                 "tool_timeouts": float(self.tool_timeouts),
                 "tool_latency_s": self.tool_latency_s,
+                "user_turns": float(self.user_turns),
                 "truncated": float(self.finish == "length"),
             },
         )
@@ -166,137 +199,146 @@ def tool_agent(
     config: AgentConfig,
     policy_version: int,
 ) -> tuple[list[Trajectory], dict[str, float]]:
-    """Turns of policy text and tool results until an answer, ``max_turns`` or the budget.
+    """Turns of policy text and tool (or user) messages until an answer, ``max_turns`` or
+    the budget; every trajectory runs as its own coroutine.
 
-    ``params.max_new_tokens`` is the budget of the whole response (policy and tool
+    ``params.max_new_tokens`` is the budget of the whole response (policy and inserted
     tokens together), as ``RolloutConfig.max_response_length`` is for one turn.
     """
-    from rlkit.tools import parse_tool_calls, run_tool_calls, schemas
-
-    renderer = ObservationRenderer(tokenizer, schemas(config.tools) if config.tools else None)
+    episode = _Episode(engine, params, tokenizer, config, policy_version)
     rows = [
         _Row(i, list(r.prompt_ids), [dict(m) for m in r.messages])
         for i, r in enumerate(requests)
         for _ in range(params.n)
     ]
-    budget = params.max_new_tokens
-    metrics: dict[str, float] = {}
-    for turn in range(config.max_turns):
-        active = [row for row in rows if not row.finish]
-        if not active:
-            break
-        samples = _policy_turn(engine, requests, active, params, config, turn == 0)
-        for key, value in samples.metrics.items():
-            metrics[key] = metrics.get(key, 0.0) + value
-        pending = []
-        for row, ids, log_probs, reason in zip(
-            active, samples.response_ids, samples.rollout_log_probs, samples.finish_reasons
-        ):
-            row.append(ids, log_probs, policy_version)
-            row.turns += 1
-            text = tokenizer.decode(ids, skip_special_tokens=True)
-            row.conversation.append({"role": "assistant", "content": text})
-            calls, errors = parse_tool_calls(text)
-            if reason == "length" or not (calls or errors):
-                row.finish = "length" if reason == "length" else "stop"
-            elif turn == config.max_turns - 1:
-                row.finish = "max_turns"
-            else:
-                pending.append((row, ids, calls, errors))
-        _answer_tool_calls(pending, renderer, tokenizer, config, budget, run_tool_calls)
-    for row in rows:
-        row.finish = row.finish or "max_turns"
-    return [row.trajectory() for row in rows], metrics
 
-
-@dataclass
-class _Turn:
-    """One policy turn of every active row, in row order."""
-
-    response_ids: list[list[int]]
-    rollout_log_probs: list[list[float]]
-    finish_reasons: list[str]
-    metrics: dict[str, float]
-
-
-def _policy_turn(
-    engine: RolloutEngine,
-    requests: Sequence[AgentRequest],
-    active: list[_Row],
-    params: SamplingParams,
-    config: AgentConfig,
-    first: bool,
-) -> _Turn:
-    """One policy turn for every active row.
-
-    The first turn asks for ``n`` samples per prompt (the engine shares each prompt's
-    prefill; rows of a prompt are contiguous). Later turns continue each row's own
-    context with one sample, one engine call per distinct remaining budget.
-    """
-    per_turn = config.max_turn_tokens or params.max_new_tokens
-    if first:
-        got = engine.generate(
-            [r.prompt_ids for r in requests],
-            replace(params, max_new_tokens=min(per_turn, params.max_new_tokens)),
+    async def everyone() -> None:
+        await asyncio.gather(
+            *(episode.run(key, row, requests[row.prompt_index]) for key, row in enumerate(rows))
         )
-        return _Turn(got.response_ids, got.rollout_log_probs, got.finish_reasons, got.metrics)
-    by_budget: dict[int, list[int]] = {}
-    for i, row in enumerate(active):
-        by_budget.setdefault(min(per_turn, params.max_new_tokens - len(row.ids)), []).append(i)
-    turn = _Turn([[]] * len(active), [[]] * len(active), [""] * len(active), {})
-    for max_new, members in by_budget.items():
-        got = engine.generate(
-            [active[i].prompt_ids + active[i].ids for i in members],
-            replace(params, n=1, max_new_tokens=max_new),
-        )
-        for k, v in got.metrics.items():
-            turn.metrics[k] = turn.metrics.get(k, 0.0) + v
-        for j, i in enumerate(members):
-            turn.response_ids[i] = got.response_ids[j]
-            turn.rollout_log_probs[i] = got.rollout_log_probs[j]
-            turn.finish_reasons[i] = got.finish_reasons[j]
-    return turn
+
+    try:
+        run_turns(episode.turns, everyone())
+    finally:
+        episode.close()
+    return [row.trajectory() for row in rows], dict(episode.turns.metrics)
 
 
-def _answer_tool_calls(
-    pending: list[tuple[_Row, list[int], list[Any], list[str]]],
-    renderer: ObservationRenderer,
-    tokenizer: Any,
-    config: AgentConfig,
-    budget: int,
-    run_tool_calls: Callable[..., Any],
-) -> None:
-    """Run every pending row's tool calls together, then append each row's answers."""
-    flat = [call for _, _, calls, _ in pending for call in calls]
-    results = iter(
-        run_tool_calls(
-            flat,
-            tools=config.tools,
-            timeout_s=config.tool_timeout_s,
-            max_concurrency=config.max_parallel_tools,
-            max_output_chars=config.max_tool_output_chars,
+class _Episode:
+    """What every trajectory of one ``tool_agent`` call shares: engine turns, tools, user."""
+
+    def __init__(
+        self,
+        engine: RolloutEngine,
+        params: SamplingParams,
+        tokenizer: Any,
+        config: AgentConfig,
+        policy_version: int,
+    ) -> None:
+        from rlkit.tools import Toolbox
+
+        self.params, self.tokenizer, self.config = params, tokenizer, config
+        self.version = policy_version
+        self.toolbox = Toolbox(config.tools) if config.tools else None
+        self.renderer = ObservationRenderer(
+            tokenizer, self.toolbox.schemas() if self.toolbox else None
         )
-        if flat
-        else []
-    )
-    for row, ids, calls, errors in pending:
-        answers = [f"error: {e}" for e in errors]
-        row.tool_calls += len(calls) + len(errors)
-        row.tool_errors += len(errors)
-        for _ in calls:
-            result = next(results)
-            answers.append(result.text)
-            row.tool_errors += result.status == "error"
-            row.tool_timeouts += result.status == "timeout"
-            row.tool_latency_s += result.latency_s
-        messages = [{"role": "tool", "content": a} for a in answers]
-        tail = tokenizer.decode(ids[-4:], skip_special_tokens=False)
-        observation = renderer.observation_ids(messages, policy_text_tail=tail)
-        if len(row.ids) + len(observation) >= budget:  # no room left for the policy to answer
-            row.finish = "length"
-            continue
-        row.append(observation, None, NOT_GENERATED)
-        row.conversation += messages
+        self.interaction = (
+            make_interaction(config.interaction, config.interaction_options)
+            if config.interaction
+            else None
+        )
+        self.turns = turn_generator(engine, params)
+        # Tools and the user run in worker threads, so decoding goes on meanwhile.
+        self.workers = concurrent.futures.ThreadPoolExecutor(
+            config.max_parallel_tools, thread_name_prefix="tool"
+        )
+        self.per_turn = config.max_turn_tokens or params.max_new_tokens
+
+    def close(self) -> None:
+        self.workers.shutdown(wait=False, cancel_futures=True)
+
+    async def run(self, key: int, row: _Row, request: AgentRequest) -> None:
+        """One trajectory, turn by turn, until it finishes."""
+        try:
+            for turn in range(self.config.max_turns):
+                room = self.params.max_new_tokens - len(row.ids)
+                got = await self.turns.generate(
+                    key, row.prompt_ids + row.ids, min(self.per_turn, room)
+                )
+                row.append(got.response_ids, got.log_probs, self.version)
+                row.turns += 1
+                text = self.tokenizer.decode(got.response_ids, skip_special_tokens=True)
+                row.conversation.append({"role": "assistant", "content": text})
+                if got.finish_reason == "length":
+                    row.finish = "length"
+                    return
+                messages = await self._respond(row, request, text)
+                if not messages:
+                    row.finish = row.finish or "stop"
+                    return
+                if turn == self.config.max_turns - 1:
+                    row.finish = "max_turns"
+                    return
+                tail = self.tokenizer.decode(got.response_ids[-4:], skip_special_tokens=False)
+                observation = self.renderer.observation_ids(messages, policy_text_tail=tail)
+                if len(row.ids) + len(observation) >= self.params.max_new_tokens:
+                    row.finish = "length"  # no room left for the policy to answer
+                    return
+                row.append(observation, None, NOT_GENERATED)
+                row.conversation += messages
+            row.finish = "max_turns"
+        finally:
+            self.turns.release(key)
+
+    async def _respond(self, row: _Row, request: AgentRequest, text: str) -> list[dict[str, Any]]:
+        """The messages that answer a policy turn: tool results, the user's reply, or none."""
+        from rlkit.tools import parse_tool_calls
+
+        calls, errors = parse_tool_calls(text) if self.toolbox else ([], [])
+        if calls or errors:
+            answers = [f"error: {e}" for e in errors]
+            row.tool_calls += len(calls) + len(errors)
+            row.tool_errors += len(errors)
+            for result in await asyncio.gather(*(self._call_tool(c) for c in calls)):
+                answers.append(result.text)
+                row.tool_errors += result.status == "error"
+                row.tool_timeouts += result.status == "timeout"
+                row.tool_latency_s += result.latency_s
+            return [{"role": "tool", "content": a} for a in answers]
+        if self.interaction is None:
+            return []
+        reply = await asyncio.get_running_loop().run_in_executor(
+            self.workers,
+            lambda: self.interaction.reply(
+                list(row.conversation),
+                ground_truth=request.ground_truth,
+                data_source=request.data_source,
+                extra_info=request.extra_info,
+            ),
+        )
+        if reply.score is not None:
+            row.score_last_token(float(reply.score))
+        if reply.message is None:
+            return []
+        row.user_turns += 1
+        return [{"role": "user", "content": reply.message}]
+
+    async def _call_tool(self, call: Any) -> Any:
+        from rlkit.tools import run_tool_calls
+
+        c = self.config
+        return (
+            await asyncio.get_running_loop().run_in_executor(
+                self.workers,
+                lambda: run_tool_calls(
+                    [call],
+                    tools=self.toolbox,
+                    timeout_s=c.tool_timeout_s,
+                    max_output_chars=c.max_tool_output_chars,
+                ),
+            )
+        )[0]
 
 
 def loop_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -318,6 +360,7 @@ def loop_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "tool/timeouts": sum(s["tool_timeouts"] for s in stats),
         "tool/latency_s": sum(s["tool_latency_s"] for s in stats) / max(total_calls, 1),
         "num_truncated_trajectories": sum(s["truncated"] for s in stats),
+        "user_turns/mean": sum(s.get("user_turns", 0.0) for s in stats) / len(stats),
     }
 
 

@@ -32,7 +32,9 @@ from transformers import (
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+from rlkit.rollout.continuous_decode import ContinuousDecoder
 from rlkit.rollout.kv_decode import Warp, decode
+from rlkit.rollout.turns import BatchedTurns, TurnGenerator
 
 DECODE_LOOPS = ("rlkit", "generate")
 
@@ -271,6 +273,22 @@ class HFEngine(RolloutEngine):
             out.response_ids.append(tokens[:length])
             out.rollout_log_probs.append(lps[:length])
             out.finish_reasons.append(reason)
+
+    def turns(self, params: SamplingParams) -> TurnGenerator:
+        """Multi-turn generation: the ``rlkit`` loop continues each trajectory's KV cache
+        across its turns (:class:`ContinuousDecoder`); ``generate`` batches turns and
+        prefills each one's context again."""
+        if self.decode_loop != "rlkit":
+            from rlkit.distributed.collectives import world
+
+            return BatchedTurns(self, params, synced=world()[1] > 1)
+        return ContinuousDecoder(
+            self.weights,
+            params,
+            pad_token_id=self.pad_token_id,
+            stop_token_ids=self.eos_token_ids + tuple(params.stop_token_ids),
+            warp=_warp_function(params),
+        )
 
     def sync_weights(self, weights: PolicyWeights) -> dict[str, float]:
         # The engine generates with the trainer's live module: nothing to copy.

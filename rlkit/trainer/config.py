@@ -28,6 +28,11 @@ class ModelConfig:
     """A GGUF file inside ``path`` to load with transformers' ``gguf_file=`` (dequantised)."""
     tokenizer_path: str | None = None
     """Tokenizer directory if not ``path``."""
+    chat_template: str | None = None
+    """Replace the tokenizer's chat template: a built-in name
+    (:data:`rlkit.data.chat_templates.CHAT_TEMPLATES`, e.g. ``smollm2_tools`` for a
+    template that renders ``tools=``) or Jinja text; ``None`` keeps the tokenizer's own.
+    Prompts, tool results and the exported model's tokenizer all use it."""
     dtype: str = "float32"
     """Parameter dtype: float32 | bfloat16 | float16."""
     gradient_checkpointing: bool = False
@@ -276,6 +281,13 @@ class ExperimentConfig:
                 problems.append(str(exc))
         if not self.model.path:
             problems.append("ModelConfig.path is empty: give a local Hugging Face model directory")
+        if self.model.chat_template is not None:
+            from rlkit.data.chat_templates import resolve_chat_template
+
+            try:
+                resolve_chat_template(self.model.chat_template)
+            except ValueError as exc:
+                problems.append(str(exc))
         if not (d.train_files or d.dataset_fn):
             problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
         if problems:

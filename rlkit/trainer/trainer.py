@@ -177,6 +177,10 @@ class RLTrainer:
         )
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
+        if m.chat_template is not None:
+            from rlkit.data.chat_templates import resolve_chat_template
+
+            tok.chat_template = resolve_chat_template(m.chat_template)
         return tok
 
     def _load_prompts(self, split: str) -> PromptSet:
@@ -466,7 +470,16 @@ class RLTrainer:
         """Generate for this process's share of ``indices``; return the global scored rollout."""
         per = -(-len(indices) // self.world)
         mine = indices[self.rank * per : (self.rank + 1) * per]
-        requests = [AgentRequest(prompts.token_ids[i], prompts.messages[i]) for i in mine]
+        requests = [
+            AgentRequest(
+                prompts.token_ids[i],
+                prompts.messages[i],
+                ground_truth=prompts.ground_truths[i],
+                data_source=prompts.data_sources[i],
+                extra_info=prompts.extra_infos[i],
+            )
+            for i in mine
+        ]
         with timer("gen"):
             trajectories, _ = self.agent_loop(
                 self.engine,
