@@ -79,6 +79,15 @@ def demo_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tool_model_dir(tmp_path_factory) -> str:
+    """A tiny Qwen2 warmed up to call the calculator on multiplication (shared by the
+    embedded and SGLang multi-turn tests)."""
+    from rlkit.tasks.tool_arithmetic import tool_sft_model
+
+    return tool_sft_model(str(tmp_path_factory.mktemp("tool_sft") / "model"), steps=200)
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir(tmp_path_factory) -> str:
     """SmolLM2-135M-Instruct: the PyPI package's GGUF converted once to an HF directory."""
     # find_spec, not import: the package is an `llm` plugin whose import needs `llm`, which

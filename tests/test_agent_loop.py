@@ -13,7 +13,6 @@ from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, to
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.hf_engine import HFEngine
 from rlkit.rollout.observations import ObservationRenderer
-from rlkit.tasks.tool_arithmetic import tool_sft_model
 from rlkit.tools import schemas
 from rlkit.trainer.batch import build_batch
 from rlkit.trainer.modules import ActorModule
@@ -32,11 +31,6 @@ def calculator(expression: str) -> str:
         expression: ignored.
     """
     raise RuntimeError("the calculator is out of order")
-
-
-@pytest.fixture(scope="module")
-def tool_model_dir(tmp_path_factory):
-    return tool_sft_model(str(tmp_path_factory.mktemp("tool_sft") / "model"), steps=200)
 
 
 def _requests(tokenizer, pairs):

@@ -47,6 +47,7 @@ from rlkit.rollout.sglang.client import (
 )
 from rlkit.rollout.sglang.pool import Endpoint, NoHealthyServerError, RolloutError, ServerPool
 from rlkit.rollout.sglang.server import ServerConfig, find_free_port, start_servers
+from rlkit.rollout.turns import TurnGenerator, TurnResult
 
 
 def read_vocab_size(model_path: str | None) -> int | None:
@@ -160,6 +161,7 @@ class SGLangEngine(RolloutEngine):
         self._group_members: tuple[int, ...] = ()
         self._group_count = 0
         self._closed = False
+        self._turn_slots: asyncio.Semaphore | None = None
 
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -205,19 +207,7 @@ class SGLangEngine(RolloutEngine):
             RolloutError: a prompt failed ``max_retries + 1`` times, or the server
                 rejected a request (the server's message is included).
         """
-        self._check_open()
-        prompts = _check_prompts(prompt_ids, params)
-        if (
-            self.log_prob_mode == "sampling"
-            and uses_filters(params)
-            and params.top_k <= 0
-            and not self.vocab_size
-        ):
-            raise ValueError(
-                "top_p < 1 without top_k needs vocab_size (SGLang returns the renormalised "
-                "log-probs only for a finite top_k): pass vocab_size=... to the sglang engine "
-                "or use log_prob_mode='temperature'"
-            )
+        prompts = self._checked(prompt_ids, params)
         start = time.perf_counter()
         per_prompt, stats = self._run(self._generate_all(prompts, params))
         batch = RolloutBatch(
@@ -238,6 +228,51 @@ class SGLangEngine(RolloutEngine):
             **self.pool.stats(),
         }
         return batch
+
+    def _checked(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[list[int]]:
+        self._check_open()
+        prompts = _check_prompts(prompt_ids, params)
+        if (
+            self.log_prob_mode == "sampling"
+            and uses_filters(params)
+            and params.top_k <= 0
+            and not self.vocab_size
+        ):
+            raise ValueError(
+                "top_p < 1 without top_k needs vocab_size (SGLang returns the renormalised "
+                "log-probs only for a finite top_k): pass vocab_size=... to the sglang engine "
+                "or use log_prob_mode='temperature'"
+            )
+        return prompts
+
+    # -------------------------------------------------------------------- turns
+    def turns(self, params: SamplingParams) -> TurnGenerator:
+        """Multi-turn generation: every turn is its own ``/generate`` request, sent as soon
+        as its trajectory asks (the server's prefix cache reuses the context)."""
+        self._checked([[0]], params)
+        return SGLangTurns(self, params)
+
+    def submit_turn(
+        self, context_ids: Sequence[int], params: SamplingParams
+    ) -> Future[tuple[Sample, Counter[str]]]:
+        """Send one turn (one sample after ``context_ids``) on the engine's event loop."""
+        (prompt,) = self._checked([context_ids], replace(params, n=1))
+        return self._submit(self._one_turn(prompt, replace(params, n=1)))
+
+    async def _one_turn(
+        self, prompt: list[int], params: SamplingParams
+    ) -> tuple[Sample, Counter[str]]:
+        if self._turn_slots is None:  # made here, on the engine's loop
+            self._turn_slots = asyncio.Semaphore(self.max_concurrency)
+        want_filtered = self.log_prob_mode == "sampling" and uses_filters(params)
+        payload = sampling_payload(params, self.extra_stop_token_ids, self.vocab_size)
+        stats: Counter[str] = Counter()
+        async with self._turn_slots:
+            body = generate_body(prompt, params, payload, self.log_prob_mode)
+            (sample,) = await self._request_with_retries(0, body, 1, want_filtered, stats)
+        return sample, stats
 
     async def _generate_all(
         self, prompts: list[list[int]], params: SamplingParams
@@ -606,6 +641,26 @@ class SGLangEngine(RolloutEngine):
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+class SGLangTurns(TurnGenerator):
+    """Turns on SGLang servers: each trajectory's turn is a request of its own, so a
+    trajectory waiting for its tool never holds up another's request."""
+
+    def __init__(self, engine: SGLangEngine, params: SamplingParams) -> None:
+        super().__init__(params)
+        self.engine = engine
+
+    async def generate(self, key: int, context_ids: list[int], max_new_tokens: int) -> TurnResult:
+        params = replace(self.params, max_new_tokens=max_new_tokens)
+        sample, stats = await asyncio.wrap_future(self.engine.submit_turn(context_ids, params))
+        self.add_metrics(
+            {
+                "rollout/num_retries": float(stats["retries"]),
+                "rollout/num_requests": float(stats["requests"]),
+            }
+        )
+        return TurnResult(sample.response_ids, sample.log_probs, sample.finish_reason)
 
 
 def _raise_unless_all_ok(results: list[Any], path: str, targets: list[Endpoint]) -> None:
