@@ -33,6 +33,7 @@ from rewards import (  # noqa: F401
     length_penalty,
     math_answer,
     overlong,
+    zero,
 )
 from rewards.batch_scoring import BatchScores, score_batch
 from rewards.composition import combined, compose

@@ -1,4 +1,5 @@
-"""Exact match on the policy's last turn, for multi-turn rollouts with tools."""
+"""Rewards on the policy's last turn, for multi-turn rollouts with tools: exact match
+(``final_turn_match``) or any correctness reward on the final answer (``final_turn``)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,60 @@ def final_turn_match(
         answer = turns[-1]["content"] if turns else response
     acc = float(answer is not None and answer.strip() == str(ground_truth).strip())
     return {"score": score * acc, "acc": acc, "turns": float(max(len(turns), 1))}
+
+
+TOOL_CALL_TAG = "<tool_call>"
+
+
+@REWARDS.register(
+    "final_turn",
+    summary="a correctness reward (base) on the policy's final answer (multi-turn aware)",
+)
+def final_turn(
+    response: str,
+    ground_truth: str,
+    *,
+    base: str,
+    base_options: Mapping[str, Any] | None = None,
+    conversation: Sequence[Mapping[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Score the conversation's final answer with the reward ``base`` (e.g. ``gsm8k``).
+
+    A multi-turn response holds tool calls and tool results (numbers a ``gsm8k``
+    ``flexible`` reading would take for the answer); only the policy's final answer
+    counts: the content of the conversation's last message when it is an ``assistant``
+    message that calls no tool. A conversation that ends in a tool message (the budget
+    ran out while the policy was still working) or in a turn that still calls a tool
+    (the turn limit) has no answer and scores 0. A single-turn rollout (no
+    ``conversation``) scores its whole response.
+
+    Args:
+        response: the decoded response (every token after the prompt).
+        ground_truth: the reference answer.
+        base: the correctness reward's name (``"gsm8k"``, ``"math"``, ``pkg.module:fn``).
+        base_options: static options of ``base`` (e.g. ``{"method": "flexible"}``).
+        conversation: the whole chat of a multi-turn rollout (reward context), or ``None``.
+        **extra: per-sample fields (``data_source``, ``response_length``), passed to ``base``.
+
+    Returns:
+        The base's fields (``score``, ``acc``, ...; for no answer, those of an empty
+        answer with ``score`` and ``acc`` 0) and ``answered`` (1.0 | 0.0).
+    """
+    answer: str | None = response
+    if conversation:
+        last = conversation[-1]
+        content = str(last.get("content") or "")
+        is_answer = last.get("role") == "assistant" and TOOL_CALL_TAG not in content
+        answer = content if is_answer else None
+    fn = REWARDS.get(base)
+    value = fn("" if answer is None else answer, ground_truth, **{**extra, **(base_options or {})})
+    out = dict(value) if isinstance(value, Mapping) else {"score": value}
+    if "score" not in out:
+        raise ValueError(f"reward {base!r} returned a dict without a 'score' key")
+    if answer is None:
+        out["score"] = 0.0
+        if "acc" in out:
+            out["acc"] = 0.0
+    out["answered"] = float(answer is not None)
+    return out

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.interactions import Interaction, InteractionReply
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, tool_agent
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.hf_engine import HFEngine
@@ -335,7 +336,7 @@ def test_a_math_tutor_asks_again_after_a_wrong_answer_and_scores_the_last(tool_m
 
 
 def test_the_math_tutor_scores_right_answers_less_after_each_retry():
-    from rlkit.interactions import InteractionReply, make_interaction
+    from rlkit.interactions import make_interaction
 
     tutor = make_interaction("math_tutor", {"max_attempts": 3, "retry_penalty": 0.25})
     ask = [{"role": "user", "content": "2+2?"}]
@@ -359,3 +360,52 @@ def test_the_math_tutor_scores_right_answers_less_after_each_retry():
         .problems()[0]
         .startswith("RolloutConfig.agent interaction:")
     )
+
+
+class AskTwice(Interaction):
+    """Asks for a second answer (score 0.25 for the first), then ends (0.5 for the second)."""
+
+    def reply(self, conversation, **_):
+        if any(m["role"] == "user" and m["content"] == "Again?" for m in conversation):
+            return InteractionReply(None, 0.5)
+        return InteractionReply("Again?", 0.25)
+
+
+def test_the_trainer_trains_on_an_interactions_scores_as_token_rewards(tool_model_dir, tmp_path):
+    import functools
+
+    from rlkit.tasks.tool_arithmetic import tool_arithmetic_dataset
+    from rlkit.trainer.trainer import RLTrainer
+    from tests.experiment_factory import small_experiment
+
+    cfg = small_experiment(
+        tool_model_dir,
+        tmp_path / "run",
+        data={
+            "dataset_fn": functools.partial(tool_arithmetic_dataset, limit=16),
+            "reward": "zero",  # the interaction's scores are the whole reward
+            "max_prompt_length": 48,
+        },
+        rollout={
+            "agent_loop": "tool_agent",
+            "agent": {
+                "tools": ["calculator"],
+                "max_turns": 4,
+                "interaction": "tests.test_agent_loop:AskTwice",
+            },
+            "max_response_length": 200,
+            "val_n": 1,
+            "val_temperature": 0.0,
+        },
+        optim={"ppo_mini_batch_size": 4, "micro_batch_size": 8},
+        trainer={"total_steps": 1, "save_at_end": False, "test_freq": 0},
+    )
+    (metrics,) = RLTrainer(cfg).run()
+    assert metrics["critic/score/mean"] == 0.0  # the outcome reward is "zero"
+    # Per trajectory 0.25 + 0.5 = 0.75 when it answered twice, 0.25 once (the budget cut
+    # it), 0 never: the token rewards summed per response, averaged over 4 x 4 responses,
+    # are a multiple of 0.25 / 16 and at most 0.75.
+    rewards = metrics["critic/rewards/mean"]
+    assert 0.0 < rewards <= 0.75 and rewards * 64 == pytest.approx(round(rewards * 64))
+    assert metrics["user_turns/mean"] > 0
+    assert math.isfinite(metrics["actor/pg_loss"])

@@ -1,7 +1,8 @@
 """Every shipped experiment file parses, validates and names only registered components.
 
-demo.gin and smollm2_gsm8k.gin are trained in their own tests; the GPU-sized ones are
-checked here without a run (their model path is set on the command line).
+demo.gin, smollm2_gsm8k.gin and smollm2_gsm8k_calculator.gin are trained in their own
+tests; the GPU-sized ones, and the calculator experiment's tool settings, are checked here
+without a run (their model path is set on the command line).
 """
 
 from __future__ import annotations
@@ -54,3 +55,24 @@ def test_unknown_mixed_precision_is_refused_before_any_work():
     )
     with pytest.raises(ValueError, match="mixed_precision must be no\\|bf16\\|fp16, got 'bf32'"):
         ExperimentConfig.from_gin().validate()
+
+
+def test_smollm2_calculator_experiment_shows_the_policy_its_tool_and_scores_the_final_answer():
+    from rlkit.data import render_prompt, resolve_chat_template
+    from rlkit.models.tiny import train_byte_tokenizer
+    from rlkit.rollout.agent_loop import agent_config
+    from rlkit.tools import schemas
+
+    parse_config([str(EXPERIMENTS / "smollm2_gsm8k_calculator.gin")], COMMAND_LINE[:1])
+    c = ExperimentConfig.from_gin()
+    c.validate()
+    assert (c.rollout.agent_loop, agent_config(c.rollout.agent).tools) == (
+        "tool_agent",
+        ("calculator",),
+    )
+    assert c.data.reward == "final_turn" and c.data.reward_options["base"] == "gsm8k"
+    # SmolLM2's own template ignores tools=; the configured one puts the schema in the prompt.
+    tok = train_byte_tokenizer()
+    tok.chat_template = resolve_chat_template(c.model.chat_template)
+    text = render_prompt([{"role": "user", "content": "?"}], tok, tools=schemas(["calculator"]))
+    assert '<tools>\n{"type": "function", "function": {"name": "calculator"' in text
