@@ -223,6 +223,7 @@ def test_the_trainer_trains_steps_with_the_tool_agent(tool_model_dir, tmp_path):
     for metrics in history:
         assert metrics["tool_calls/mean"] > 0 and metrics["num_turns/max"] >= 2
         assert metrics["response_length/inserted_tokens/mean"] > 0
+        assert metrics["rollout/kv_reused_tokens"] > 0  # later turns continued their cache
         assert metrics["reward/num_errors"] == 0  # sampled calls may be malformed: tool/errors
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     assert "val/tool_arithmetic/tool_call_rate" in history[-1]

@@ -10,7 +10,11 @@ Two decode loops, chosen by the ``decode_loop`` option:
 * ``"rlkit"`` (default): :mod:`rlkit.rollout.kv_decode`, which prefills each prompt
   once for its ``n`` responses and drops finished rows from the batch.
 * ``"generate"``: ``transformers``' ``generate``, for models whose KV cache cannot be
-  repeated or subset per row. Log-probs are gathered step by step by a logits
+  repeated or subset per row.
+
+For multi-turn loops, :meth:`HFEngine.turns` returns the ``rlkit`` loop's continuous
+batcher (:mod:`rlkit.rollout.continuous_decode`: each trajectory's KV cache continued
+across its turns) or, with ``generate``, turns batched through :meth:`generate`. Log-probs are gathered step by step by a logits
   processor, so memory holds one step's (rows x vocabulary) scores, not
   ``output_scores``' (rows x steps x vocabulary) stack.
 """

@@ -54,6 +54,15 @@ from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
 
 
+ROLLOUT_COUNTERS = (
+    "rollout/num_requests",
+    "rollout/num_retries",
+    "rollout/duplicates_dropped",
+    "rollout/kv_reused_tokens",
+)
+"""Engine counts logged with each step (summed over processes and generation rounds)."""
+
+
 class RLTrainer:
     """Train a Hugging Face causal LM with any registered estimator and policy loss.
 
@@ -481,7 +490,7 @@ class RLTrainer:
             for i in mine
         ]
         with timer("gen"):
-            trajectories, _ = self.agent_loop(
+            trajectories, engine_metrics = self.agent_loop(
                 self.engine,
                 requests,
                 params,
@@ -495,6 +504,8 @@ class RLTrainer:
             traj.prompt_index = mine[traj.prompt_index]
         with timer("reward"):
             scored = score_rollout(trajectories, prompts, self.tokenizer, self.cfg, groups)
+        # Counters add up over processes and generation rounds, as reward counters do.
+        scored.metrics |= {k: v for k, v in engine_metrics.items() if k in ROLLOUT_COUNTERS}
         return ScoredRollout.concat(comm.gather_objects(scored))
 
     def _collect_batch(self, timer: PhaseTimer) -> tuple[TrainBatch | None, dict[str, float]]:

@@ -63,3 +63,47 @@ def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_di
     assert {p.name for p in step.glob("rng_rank*.pt")} == {"rng_rank0.pt", "rng_rank1.pt"}
     # Sharded checkpoint: every rank wrote its own part of the actor.
     assert len(list((step / "actor").glob("*.distcp"))) == 2
+
+
+TOOL_GIN = """
+include 'presets/grpo.gin'
+ModelConfig.path = "{model}"
+DataConfig.dataset_fn = @tool_arithmetic_dataset
+tool_arithmetic_dataset.limit = 16
+DataConfig.reward = "final_turn_match"
+DataConfig.max_prompt_length = 48
+DataConfig.train_batch_size = 4
+DataConfig.val_limit = 4
+RolloutConfig.agent_loop = "tool_agent"
+RolloutConfig.agent = {{"tools": ["calculator"], "max_turns": 3}}
+RolloutConfig.n = 2
+RolloutConfig.max_response_length = 120
+RolloutConfig.val_n = 1
+RolloutConfig.val_temperature = 1.0
+AlgorithmConfig.use_kl_loss = False
+OptimConfig.ppo_mini_batch_size = 4
+OptimConfig.micro_batch_size = 4
+TrainerConfig.total_steps = 1
+TrainerConfig.save_at_end = False
+TrainerConfig.output_dir = "{out}"
+TrainerConfig.progress_bar = False
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_tool_agent_run_keeps_the_processes_in_lock_step(tool_model_dir, tmp_path):
+    """Each process's trajectories take their own number of turns and tool calls; the
+    continuous batcher's votes keep FSDP's forward passes paired (a miss would hang)."""
+    out = tmp_path / "run"
+    cfg = tmp_path / "tools.gin"
+    cfg.write_text(TOOL_GIN.format(model=tool_model_dir, out=out))
+    command = [*accelerate_launch(2), "-m", "rlkit.train", str(cfg)]
+    proc = subprocess.run(
+        command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=420
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    assert last["step"] == 1 and last["tool_calls/mean"] > 0 and last["num_turns/max"] >= 2
+    assert "val/tool_arithmetic/tool_call_rate" in last

@@ -31,6 +31,8 @@ def test_grpo_with_sglang_engine_trains_and_keeps_server_in_sync(demo_model_dir,
         assert math.isfinite(metrics["actor/pg_loss"])
         # Trainer and server agree on the sampled tokens' log-probs (float32, same weights).
         assert metrics["rollout/logprob_diff_max"] < 1e-3
+        # The engine's counters reach the log: one request per prompt (n samples each).
+        assert metrics["rollout/num_requests"] >= 4 and metrics["rollout/num_retries"] == 0
     # After every update the server was re-synced and checked against the trainer.
     assert history[-1]["weight_sync/logprob_max_abs_diff"] < 1e-3
     assert trainer.weights.version >= 3
