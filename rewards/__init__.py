@@ -11,10 +11,14 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
   ``exact_match`` (:mod:`rewards.exact_match`): correctness;
 - ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
   (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
-- ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping.
+- ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping;
+- ``weighted`` (:mod:`rewards.weighted`): several rewards by weights, each logged.
 
 Your own reward is any function with the contract: register it with
-``@REWARDS.register("name")`` or name it as ``"my_pkg.my_module:my_reward"``.
+``@REWARDS.register("name")`` or name it as ``"my_pkg.my_module:my_reward"`` or
+``"path/to/my_file.py:my_reward"``. A *batched* reward scores a whole batch in one
+call, ``fn(contexts, **options) -> list``: register it with ``batched=True`` or mark
+it with :func:`batched` (:mod:`rewards.batched_reward`).
 :func:`score_batch` scores a batch safely (time limits, errors counted);
 :class:`RewardModel` scores with a trained reward model. See docs/rewards.md.
 """
@@ -33,9 +37,11 @@ from rewards import (  # noqa: F401
     length_penalty,
     math_answer,
     overlong,
+    weighted,
     zero,
 )
 from rewards.batch_scoring import BatchScores, score_batch
+from rewards.batched_reward import batched, is_batched
 from rewards.composition import combined, compose
 from rewards.context import RewardContext
 from rewards.overlong import overlong_buffer_penalty, overlong_penalty
@@ -49,9 +55,11 @@ __all__ = [
     "BatchScores",
     "RewardContext",
     "RewardModel",
+    "batched",
     "combined",
     "compose",
     "get",
+    "is_batched",
     "names",
     "overlong_buffer_penalty",
     "overlong_penalty",
@@ -60,7 +68,8 @@ __all__ = [
 
 
 def get(name: str) -> Callable[..., Any]:
-    """The reward registered as ``name`` (or at ``"pkg.module:function"``)."""
+    """The reward registered as ``name`` (or at ``"pkg.module:function"``, or in a file:
+    ``"path/to/file.py:function"``, relative to the working directory)."""
     return REWARDS.get(name)
 
 

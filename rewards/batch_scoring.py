@@ -5,6 +5,10 @@ reward call runs under a time limit; a call that raises, returns something
 that is not a finite number (or a dict with one under ``"score"``), or runs out
 of time scores ``0.0`` and is counted, so a bad answer or a buggy reward never
 stops a run and never silently drops a row.
+
+A batched reward (:mod:`rewards.batched_reward`) is called once for the whole batch,
+``fn(contexts, **options)``; its failures are counted the same way, for every row
+it was to score.
 """
 
 from __future__ import annotations
@@ -19,10 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewards.batched_reward import resolve_reward
 from rewards.context import RewardContext, context_kwargs, fields_read
 from rewards.time_limit import RewardTimeout, call_with_time_limit
 from rewards.worker_pool import CallResult, RewardWorkerPool
-from rlkit.registry import REWARDS
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +97,6 @@ def _to_score(value: Any) -> tuple[float, dict[str, Any]]:
     if not math.isfinite(score):
         raise ValueError(f"reward returned a non-finite score {score}")
     return score, info
-
-
-def _resolve(reward: str | Callable[..., Any]) -> Callable[..., Any]:
-    if isinstance(reward, str):
-        return REWARDS.get(reward)
-    if callable(reward):
-        return reward
-    raise TypeError(f"reward must be a registered name or a callable, got {reward!r}")
 
 
 def _check_inputs(
@@ -174,9 +170,20 @@ def score_batch(
     """Score ``responses`` against ``ground_truths`` with one reward.
 
     Args:
-        reward: a registered name (``"gsm8k"``), a ``"pkg.module:function"``
-            path, or a callable ``fn(response, ground_truth, **extra)`` returning
-            a float or a dict with a ``"score"`` key.
+        reward: a registered name (``"gsm8k"``), a ``"pkg.module:function"`` or
+            ``"path/to/file.py:function"`` path, or a callable ``fn(response,
+            ground_truth, **extra)`` returning a float or a dict with a ``"score"``
+            key. A batched reward (``batched=True`` where registered, or
+            ``@rewards.batched``) is called once instead, ``fn(contexts, **options)``,
+            and must return one result per context: ``contexts`` are the given ones
+            (else built from the responses, ground truths and the extras'
+            ``data_source`` / ``response_length``) and ``options`` the other extras'
+            keys, which must be the same in every row (the trainer's
+            ``reward_options``). Its time limit is ``timeout_s`` times the batch
+            size (what the per-response calls could take in all); it runs in this
+            process whatever ``num_workers`` is. If it raises, times out or returns
+            the wrong number of results, every row scores 0 and counts as an error
+            (or a timeout).
         responses: the decoded responses, length B.
         ground_truths: the reference answers, length B.
         extras: per-row keyword arguments for the reward (length B), e.g.
@@ -195,19 +202,25 @@ def score_batch(
         :class:`BatchScores` with exactly B scores and B infos, in input order.
 
     Raises:
-        TypeError, ValueError: the inputs do not line up (lengths, types) or
-            ``timeout_s`` / ``num_workers`` are invalid.
-        UnknownNameError: ``reward`` names no registered reward.
+        TypeError, ValueError: the inputs do not line up (lengths, types),
+            ``timeout_s`` / ``num_workers`` are invalid, or a batched reward's extras
+            differ between rows in a key that is not a context field.
+        UnknownNameError: ``reward`` names no registered reward, or a path that
+            does not import (the message says why).
     """
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0 seconds or None (no limit), got {timeout_s!r}")
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
-    fn = _resolve(reward)
+    fn, is_batch = resolve_reward(reward)
     rows = _check_inputs(responses, ground_truths, extras)
+    if contexts is not None and len(contexts) != len(rows):
+        raise ValueError(f"{len(contexts)} contexts for {len(rows)} responses; pass one each")
+    if is_batch:
+        return _gather(
+            _score_batched(fn, reward, responses, ground_truths, rows, contexts, timeout_s)
+        )
     if contexts is not None:
-        if len(contexts) != len(rows):
-            raise ValueError(f"{len(contexts)} contexts for {len(rows)} responses; pass one each")
         reads = fields_read(fn)  # once: a signature costs more than most rewards
         rows = [{**extra, **context_kwargs(reads, c)} for extra, c in zip(rows, contexts)]
     calls = list(zip(responses, ground_truths, rows))
@@ -216,6 +229,88 @@ def score_batch(
     else:
         results = _shared_pool(reward, num_workers).map(calls, timeout_s)
     return _gather(results)
+
+
+# Per-row fields a batched reward reads from its contexts rather than from its options.
+_CONTEXT_FIELDS = ("data_source", "response_length")
+
+
+def _reward_label(reward: str | Callable[..., Any]) -> str:
+    if isinstance(reward, str):
+        return reward
+    inner = getattr(reward, "func", reward)  # a functools.partial: name what it wraps
+    return getattr(inner, "__qualname__", None) or repr(reward)
+
+
+def _shared_options(rows: Sequence[Mapping[str, Any]], label: str) -> dict[str, Any]:
+    """The extras' keys other than context fields, which must be the same in every row."""
+
+    def options_of(row: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in row.items() if k not in _CONTEXT_FIELDS}
+
+    options = options_of(rows[0]) if rows else {}
+    for i, row in enumerate(rows[1:], start=1):
+        mine = options_of(row)
+        if mine != options:
+            differs = sorted(
+                k
+                for k in {*mine, *options}
+                if k not in mine or k not in options or mine[k] != options[k]
+            )
+            raise ValueError(
+                f"batched reward {label!r} takes one set of options for the whole batch, but "
+                f"extras[{i}] differs from extras[0] in {differs}; pass per-row data in the "
+                f"contexts (extra_info) instead"
+            )
+    return options
+
+
+def _score_batched(
+    fn: Callable[..., Any],
+    reward: str | Callable[..., Any],
+    responses: Sequence[str],
+    ground_truths: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    contexts: Sequence[RewardContext] | None,
+    timeout_s: float | None,
+) -> list[CallResult]:
+    """One call of a batched reward for every row; one :class:`CallResult` per row."""
+    label, count = _reward_label(reward), len(responses)
+    options = _shared_options(rows, label)
+    if count == 0:
+        return []
+    if contexts is None:
+        contexts = [
+            RewardContext(
+                response=response,
+                ground_truth=ground_truth,
+                data_source=str(row.get("data_source", "")),
+                response_length=int(row.get("response_length", 0)),
+            )
+            for response, ground_truth, row in zip(responses, ground_truths, rows)
+        ]
+    limit = None if timeout_s is None else timeout_s * count
+    try:
+        values = call_with_time_limit(fn, limit, list(contexts), **options)
+    except RewardTimeout:
+        message = f"batched reward {label!r} ran past its limit of {limit:g} s ({count} rows)"
+        return [CallResult("timeout", message=message)] * count
+    except Exception as exc:
+        message = f"batched reward {label!r} raised {type(exc).__name__}: {exc}"
+        return [CallResult("error", message=message)] * count
+    if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
+        message = (
+            f"batched reward {label!r} returned {type(values).__name__}; it must return a "
+            f"list with one result (a float or a dict with 'score') per context"
+        )
+        return [CallResult("error", message=message)] * count
+    if len(values) != count:
+        message = (
+            f"batched reward {label!r} returned {len(values)} results for {count} contexts; "
+            f"it must return one result per context, in order"
+        )
+        return [CallResult("error", message=message)] * count
+    return [CallResult("ok", value) for value in values]
 
 
 def _gather(results: list[CallResult]) -> BatchScores:

@@ -11,11 +11,12 @@ Two equivalent spellings::
     # or, from a config that names rewards: the registered "combined" reward
     rewards.get("combined")(response, "18", base="gsm8k", shaping=[...], response_length=900)
 
-Each term is a registered reward (or ``"pkg.module:function"``) with the usual
-contract; its static options come from the spec, the per-sample fields
-(``response_length``, ...) from the call, and a static option wins over a
-per-sample field of the same name. Shaping terms carry their own scale
-(``penalty_factor``, ``coef``, ``score``), so there are no extra weights.
+Each term is a registered reward (or ``"pkg.module:function"``, or
+``"path/to/file.py:function"``) with the usual per-response contract; its static
+options come from the spec, the per-sample fields (``response_length``, ...) from the
+call, and a static option wins over a per-sample field of the same name. Shaping terms
+carry their own scale (``penalty_factor``, ``coef``, ``score``), so there are no extra
+weights (:mod:`rewards.weighted` weighs its terms).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rewards.batched_reward import per_response_reward
 from rlkit.registry import REWARDS
 
 ShapingSpec = str | tuple[str, Mapping[str, Any]]
@@ -64,7 +66,23 @@ def _record(out: dict[str, Any], name: str, value: Any, *, is_base: bool) -> flo
     return score
 
 
-@REWARDS.register("combined", summary="a correctness reward plus shaping terms (summed)")
+def check_options(options: Mapping[str, Any]) -> None:
+    """Check ``DataConfig.reward_options`` of ``combined`` before any work: ``base`` and
+    every shaping term name a per-response reward."""
+    if "base" not in options:
+        raise ValueError("the 'combined' reward needs the option 'base' (e.g. 'gsm8k')")
+    for name in [
+        options["base"],
+        *(name for name, _ in _parse_shaping(options.get("shaping", ()))),
+    ]:
+        per_response_reward(name, used_by="combined")
+
+
+@REWARDS.register(
+    "combined",
+    summary="a correctness reward plus shaping terms (summed)",
+    check_options=check_options,
+)
 def combined(
     response: str,
     ground_truth: str,
@@ -93,9 +111,12 @@ def combined(
     """
     out: dict[str, Any] = {}
     call = {**extra, **(base_options or {})}
-    total = _record(out, base, REWARDS.get(base)(response, ground_truth, **call), is_base=True)
+    fn = per_response_reward(base, used_by="combined")
+    total = _record(out, base, fn(response, ground_truth, **call), is_base=True)
     for name, options in _parse_shaping(shaping):
-        term = REWARDS.get(name)(response, ground_truth, **{**extra, **options})
+        term = per_response_reward(name, used_by="combined")(
+            response, ground_truth, **{**extra, **options}
+        )
         total += _record(out, name, term, is_base=False)
     return {"score": total, **out}
 
@@ -121,7 +142,7 @@ def compose(
     """
     terms = _parse_shaping(shaping)
     for name in [base, *(name for name, _ in terms)]:
-        REWARDS.get(name)
+        per_response_reward(name, used_by="combined")
     return functools.partial(
         combined, base=base, base_options=dict(base_options or {}), shaping=tuple(terms)
     )

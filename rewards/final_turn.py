@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rewards.batched_reward import per_response_reward
 from rlkit.registry import REWARDS
 
 
@@ -50,9 +51,17 @@ def final_turn_match(
 TOOL_CALL_TAG = "<tool_call>"
 
 
+def _check_final_turn_options(options: Mapping[str, Any]) -> None:
+    """``DataConfig.reward_options`` of ``final_turn``: ``base`` names a per-response reward."""
+    if "base" not in options:
+        raise ValueError("the 'final_turn' reward needs the option 'base' (e.g. 'gsm8k')")
+    per_response_reward(options["base"], used_by="final_turn")
+
+
 @REWARDS.register(
     "final_turn",
     summary="a correctness reward (base) on the policy's final answer (multi-turn aware)",
+    check_options=_check_final_turn_options,
 )
 def final_turn(
     response: str,
@@ -91,7 +100,7 @@ def final_turn(
         content = str(last.get("content") or "")
         is_answer = last.get("role") == "assistant" and TOOL_CALL_TAG not in content
         answer = content if is_answer else None
-    fn = REWARDS.get(base)
+    fn = per_response_reward(base, used_by="final_turn")
     value = fn("" if answer is None else answer, ground_truth, **{**extra, **(base_options or {})})
     out = dict(value) if isinstance(value, Mapping) else {"score": value}
     if "score" not in out:

@@ -11,16 +11,24 @@ instance below. A component registers itself with a decorator::
 
 and is found by name with ``ESTIMATORS.get("my_estimator")``.
 
-"Bring your own": ``get("my_pkg.my_module:my_fn")`` imports the dotted path,
-so a researcher's function in a file of their own is usable from a gin config
-without editing rlkit.
+"Bring your own": ``get("my_pkg.my_module:my_fn")`` imports the dotted path, and
+``get("path/to/my_file.py:my_fn")`` imports the file (relative to the working
+directory, ``~`` expanded), so a researcher's function in a file of their own is
+usable from a gin config without editing rlkit or ``PYTHONPATH``. A file is imported
+once, as the module :func:`file_module_name` names (``sys.modules`` holds it), and
+that name imports the same file in any process that imports this module, so its
+functions pickle (worker processes, ``functools.partial``) like any module's.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.abc
+import importlib.util
 import inspect
+import os
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -139,11 +147,15 @@ class Registry(Generic[F]):
     def get(self, name: str) -> F:
         """Return the function registered as ``name`` or an alias of it.
 
-        ``"package.module:function"`` imports and returns that function instead.
+        ``"package.module:function"`` imports and returns that function instead, and
+        ``"path/to/file.py:function"`` (a name with a ``/`` or a ``.py`` before the
+        colon) imports that file and returns the function.
 
         Raises:
             UnknownNameError: no such name; the message lists the known names
-                and the nearest match.
+                and the nearest match. For a path: the module or file cannot be
+                imported (the file does not exist, or raised while importing), has
+                no such attribute, or the attribute is not callable.
         """
         return self.entry(name).fn
 
@@ -155,6 +167,11 @@ class Registry(Generic[F]):
             return self._import_path(name)
         self._load_home()
         found = self._lookup_exact(name)
+        if found is None and is_file_path(name):
+            raise UnknownNameError(
+                f"bad {self.kind} path {name!r}: name the function in the file, "
+                f"as 'path/to/file.py:function'"
+            )
         if found is None:
             raise UnknownNameError(self._unknown_message(name))
         return found
@@ -209,10 +226,13 @@ class Registry(Generic[F]):
         hint = f" Did you mean {near[0]!r}?" if near else ""
         return (
             f"unknown {self.kind} {name!r}.{hint} Known: {', '.join(known) or '(none)'}. "
-            f"Register your own with @register(...) or pass 'package.module:function'."
+            f"Register your own with @register(...) or pass 'package.module:function' or "
+            f"'path/to/file.py:function'."
         )
 
     def _import_path(self, path: str) -> Entry[F]:
+        if is_file_path(path.rpartition(":")[0]):
+            return self._entry_of(path, self._import_file(path))
         module_name, _, attr = path.partition(":")
         if not module_name or not attr:
             raise UnknownNameError(
@@ -234,12 +254,129 @@ class Registry(Generic[F]):
             obj = getattr(obj, part)
         if not callable(obj):
             raise UnknownNameError(f"{path!r} is not callable, so it cannot be a {self.kind}")
+        return self._entry_of(path, obj)
+
+    def _import_file(self, path: str) -> Any:
+        """The callable ``path`` (``"file.py:attr"``) names, with one clear error per failure."""
+        file_part, _, attr = path.rpartition(":")
+        if not attr:
+            raise UnknownNameError(
+                f"bad {self.kind} path {path!r}: expected 'path/to/file.py:function'"
+            )
+        file = resolve_file(file_part)
+        if not os.path.isfile(file):
+            where = (
+                ""
+                if os.path.isabs(os.path.expanduser(file_part))
+                else (f"; relative paths are read from the working directory {os.getcwd()}")
+            )
+            raise UnknownNameError(f"{self.kind} file {file} does not exist (from {path!r}{where})")
+        try:
+            module = importlib.import_module(file_module_name(file))
+        except Exception as exc:  # the file's own code failed: say which file and how
+            raise UnknownNameError(
+                f"importing {self.kind} file {file} (from {path!r}) raised "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        obj: Any = module
+        for part in attr.split("."):
+            if not hasattr(obj, part):
+                defined = public_callables(module)
+                near = difflib.get_close_matches(attr, defined, n=1, cutoff=0.5)
+                hint = f" Did you mean {near[0]!r}?" if near else ""
+                raise UnknownNameError(
+                    f"{self.kind} file {file} has no attribute {attr!r} (from {path!r}).{hint} "
+                    f"Public callables defined there: {', '.join(defined) or '(none)'}"
+                )
+            obj = getattr(obj, part)
+        if not callable(obj):
+            raise UnknownNameError(
+                f"{attr!r} in {self.kind} file {file} is not callable (type "
+                f"{type(obj).__name__}), so it cannot be a {self.kind} (from {path!r})"
+            )
+        return obj
+
+    def _entry_of(self, path: str, obj: Any) -> Entry[F]:
         # A function its module registered keeps what it declared there (needs, inputs),
         # under the name it was asked for.
         registered = self._registered(obj)
         if registered is not None:
             return Entry(path, obj, (), registered.paper, registered.summary, registered.extra)
         return Entry(path, obj, (), None, _first_doc_line(obj))
+
+
+# -- functions in files of their own ----------------------------------------------
+_FILE_MODULE_PREFIX = "_rlkit_file_"
+
+
+def is_file_path(text: str) -> bool:
+    """Whether ``text`` (a name, or the part of one before its last ``:``) is a file path:
+    it contains a ``/`` or ends in ``.py``. ``pkg.module`` never does."""
+    return "/" in text or text.endswith(".py")
+
+
+def resolve_file(path: str) -> str:
+    """``path`` as an absolute path: ``~`` expanded, relative to the working directory."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def file_module_name(file: str) -> str:
+    """The module name a file is imported under: one per absolute path, and reversible.
+
+    Letters and digits stay; every other byte of the UTF-8 path becomes ``_`` and two
+    hex digits (``/work/my_r.py`` -> ``_rlkit_file__2fwork_2fmy_5fr_2epy``), so the
+    same file is always the same module, and the name alone says which file to import
+    (see :class:`_FileModuleFinder`): a pickled function of the file loads in a fresh
+    process too.
+    """
+    encoded = "".join(
+        chr(b) if chr(b).isascii() and chr(b).isalnum() else f"_{b:02x}"
+        for b in resolve_file(file).encode()
+    )
+    return _FILE_MODULE_PREFIX + encoded
+
+
+def _file_of_module(name: str) -> str | None:
+    """The file :func:`file_module_name` encoded in ``name``, or None for another name."""
+    if not name.startswith(_FILE_MODULE_PREFIX):
+        return None
+    text, out, i = name[len(_FILE_MODULE_PREFIX) :], bytearray(), 0
+    try:
+        while i < len(text):
+            if text[i] == "_":
+                out.append(int(text[i + 1 : i + 3], 16))
+                i += 3
+            else:
+                out.append(ord(text[i]))
+                i += 1
+        return out.decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def public_callables(module: Any) -> list[str]:
+    """Sorted names of the callables ``module`` defines (not imports) without a leading ``_``."""
+    return sorted(
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and callable(value)
+        and getattr(value, "__module__", None) == module.__name__
+    )
+
+
+class _FileModuleFinder(importlib.abc.MetaPathFinder):
+    """Imports the modules named by :func:`file_module_name` from their files."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        file = _file_of_module(fullname)
+        if file is None or not os.path.isfile(file):
+            return None
+        return importlib.util.spec_from_file_location(fullname, file)
+
+
+if not any(type(f).__name__ == _FileModuleFinder.__name__ for f in sys.meta_path):
+    sys.meta_path.append(_FileModuleFinder())
 
 
 # The registries of rlkit. ``home`` is the module holding the built-ins.

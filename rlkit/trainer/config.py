@@ -79,7 +79,8 @@ class DataConfig:
     """Prompt longer than ``max_prompt_length``: error | left (keep the end) | filter (drop)."""
     shuffle: bool = True
     reward: str = "gsm8k"
-    """Reward function name (``rlkit list rewards``) or ``package.module:function``."""
+    """Reward function name (``rlkit list rewards``), ``package.module:function`` or
+    ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md."""
     reward_options: dict[str, Any] = field(default_factory=dict)
     reward_timeout_s: float = 10.0
     reward_workers: int = 0
@@ -298,7 +299,12 @@ def check_registered_names(
     algorithm: AlgorithmConfig, data: DataConfig, rollout: RolloutConfig
 ) -> None:
     """Resolve every registry name the configuration uses; an unknown one raises the
-    registry's error (which lists the known names and the nearest match)."""
+    registry's error (which lists the known names and the nearest match).
+
+    The reward may be a file path (``"my_reward.py:score"``): a missing file or function,
+    or a file that raises on import, stops here, before the model loads. A reward
+    registered with ``check_options=fn`` (``combined``, ``weighted``, ``final_turn``)
+    has ``DataConfig.reward_options`` checked by ``fn`` too (the rewards it names)."""
     from rlkit.registry import (
         AGENT_LOOPS,
         AGGREGATIONS,
@@ -319,7 +325,10 @@ def check_registered_names(
         KL_PENALTIES.entry(algorithm.kl_loss_type)
     if algorithm.use_kl_in_reward:
         KL_PENALTIES.entry(algorithm.kl_penalty)
-    REWARDS.entry(data.reward)
+    reward = REWARDS.entry(data.reward)
+    check_options = reward.extra.get("check_options")
+    if check_options is not None:
+        check_options(dict(data.reward_options))
     ROLLOUT_ENGINES.entry(rollout.engine)
     AGENT_LOOPS.entry(rollout.agent_loop)
     tools = rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ()

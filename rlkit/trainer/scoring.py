@@ -7,6 +7,9 @@ estimators receive as ``index``.
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +20,29 @@ from rlkit.trainer.batch import TrainBatch, build_batch
 from rlkit.trainer.prompts import PromptSet
 
 REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts")
+
+
+def numeric_fields(info: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numeric fields of one reward result's extras (``acc``, a term's score);
+    strings (``pred``, ``error``) are left out."""
+    return {
+        k: float(v)
+        for k, v in info.items()
+        if isinstance(v, numbers.Real) and math.isfinite(v) and k != "score"
+    }
+
+
+def field_means(fields: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """``reward/<field>/mean``: each field's mean over the rows that have it."""
+    values: dict[str, list[float]] = {}
+    for row in fields:
+        for k, v in row.items():
+            values.setdefault(k, []).append(v)
+    return {f"reward/{k}/mean": sum(v) / len(v) for k, v in values.items()}
+
+
+def _is_field_mean(key: str) -> bool:
+    return key.startswith("reward/") and key.endswith("/mean")
 
 
 @dataclass
@@ -31,7 +57,13 @@ class ScoredRollout:
             else ``score > 0``.
         data_sources: per row.
         baselines: per-row baseline reward (ReMax's greedy rollout), if any.
-        metrics: reward-side counters (errors, timeouts), summed on concatenation.
+        metrics: reward-side counters (errors, timeouts), summed on concatenation, and
+            ``reward/<field>/mean`` for every numeric extra field of the reward's
+            results (``acc``, ``weighted/<term>``), the mean over the rows that have
+            it: recomputed from ``reward_fields`` whenever rows are concatenated or
+            selected, so it is over the rows of this rollout (all processes, the
+            step's kept groups).
+        reward_fields: per row, the numeric extra fields of its reward result.
     """
 
     trajectories: list[Trajectory]
@@ -41,6 +73,17 @@ class ScoredRollout:
     data_sources: list[str]
     baselines: list[float] | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    reward_fields: list[dict[str, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.reward_fields) != len(self.scores):  # built without them: none
+            self.reward_fields = [{} for _ in self.scores]
+        self._refresh_field_means()
+
+    def _refresh_field_means(self) -> None:
+        for key in [k for k in self.metrics if _is_field_mean(k)]:
+            del self.metrics[key]
+        self.metrics |= field_means(self.reward_fields)
 
     def __len__(self) -> int:
         return len(self.scores)
@@ -65,12 +108,15 @@ class ScoredRollout:
             out.acc += part.acc
             out.data_sources += part.data_sources
             out.baselines += part.baselines or []
+            out.reward_fields += part.reward_fields
             for k, v in part.metrics.items():
-                out.metrics[k] = out.metrics.get(k, 0.0) + v
+                if not _is_field_mean(k):  # means are recomputed over all rows below
+                    out.metrics[k] = out.metrics.get(k, 0.0) + v
         renumber: dict[int, int] = {}
         out.groups = [renumber.setdefault(g, len(renumber)) for g in out.groups]
         if not (parts and all(p.baselines is not None for p in parts)):
             out.baselines = None
+        out._refresh_field_means()
         return out
 
     def select(self, keep: list[int]) -> ScoredRollout:
@@ -84,7 +130,8 @@ class ScoredRollout:
             pick(self.acc),
             pick(self.data_sources),
             None if self.baselines is None else pick(self.baselines),
-            dict(self.metrics),
+            dict(self.metrics),  # the field means are recomputed over the kept rows
+            pick(self.reward_fields),
         )
 
     def keep_varied_groups(self, metric: str) -> ScoredRollout:
@@ -160,8 +207,11 @@ def score_rollout(
     The reward receives ``data_source``, ``response_length`` (tokens after the prompt,
     EOS included) and ``DataConfig.reward_options`` as keywords, and whatever else of
     the :class:`rewards.RewardContext` its signature names (``prompt``, ``messages``,
-    ``conversation``, ``extra_info``, ``context``). Reward exceptions and time-outs
-    score 0 and are counted (``reward/num_errors``, ``reward/num_timeouts``).
+    ``conversation``, ``extra_info``, ``context``); a batched reward is called once with
+    every row's context. Reward exceptions and time-outs score 0 and are counted
+    (``reward/num_errors``, ``reward/num_timeouts``); every numeric extra field of the
+    results is logged as its mean, ``reward/<field>/mean`` (``weighted``'s per-term
+    scores: ``reward/weighted/<term>/mean``).
     """
     import rewards
 
@@ -183,7 +233,8 @@ def score_rollout(
     )
     scores = [float(s) for s in result.scores]
     acc = [float(info.get("acc", s > 0)) for s, info in zip(scores, result.infos)]
-    # Only counters: they add up over processes and generation batches (means would not).
+    # Counters add up over processes and generation batches; the fields' means are
+    # recomputed over the rows (ScoredRollout.reward_fields), never summed.
     metrics = {k: float(v) for k, v in result.metrics().items() if k in REWARD_COUNTERS}
     if a.overlong_buffer_len > 0:
         penalties = [
@@ -198,4 +249,7 @@ def score_rollout(
         scores = [s + p for s, p in zip(scores, penalties)]
         metrics["reward/overlong_penalty_sum"] = float(sum(penalties))
     sources = [c.data_source for c in contexts]
-    return ScoredRollout(list(trajectories), list(groups), scores, acc, sources, None, metrics)
+    fields = [numeric_fields(info) for info in result.infos]
+    return ScoredRollout(
+        list(trajectories), list(groups), scores, acc, sources, None, metrics, fields
+    )

@@ -53,7 +53,6 @@ from rlkit.trainer.prompts import PromptSampler, PromptSet, tokenize_prompts
 from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
 
-
 ROLLOUT_COUNTERS = (
     "rollout/num_requests",
     "rollout/num_retries",
