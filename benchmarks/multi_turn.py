@@ -55,7 +55,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--hidden-size", type=int, default=64, help="of the warmed-up model")
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=3, help="runs per cell; the median is shown")
+    p.add_argument("--repeats", type=int, default=5, help="runs per cell; the median is shown")
     p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument(
         "--model-dir", default=None, help="where the warmed-up model is built (reused if there)"
@@ -176,13 +176,13 @@ def main() -> None:
             cell: dict[tuple[str, str], tuple[float, int, int]] = {}
             for name, engine in engines.items():
                 timed(engine, requests[:2], tokenizer, tools["instant"], args, 0)  # warm-up
-                for speed, tool in tools.items():
-                    runs = [
-                        timed(engine, requests, tokenizer, tool, args, seed)
-                        for seed in range(args.repeats)
-                    ]
+                runs: dict[str, list[tuple[float, int, int]]] = {speed: [] for speed in tools}
+                for seed in range(args.repeats):  # instant and slow alternate, same seeds
+                    for speed, tool in tools.items():
+                        runs[speed].append(timed(engine, requests, tokenizer, tool, args, seed))
+                for speed, got in runs.items():
                     # The median run by seconds per token; its tokens and calls are shown.
-                    cell[(name, speed)] = sorted(runs, key=lambda r: r[0] / r[1])[len(runs) // 2]
+                    cell[(name, speed)] = sorted(got, key=lambda r: r[0] / r[1])[len(got) // 2]
             base_wall, base_tokens, _ = cell[("embedded, re-prefill", "slow")]
             for name in engines:
                 fast, fast_tokens, _ = cell[(name, "instant")]
