@@ -42,6 +42,7 @@ from rlkit.registry import ROLLOUT_ENGINES  # noqa: E402
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, tool_agent  # noqa: E402
 from rlkit.rollout.base import RolloutEngine, SamplingParams  # noqa: E402
 from rlkit.rollout.hf_engine import HFEngine  # noqa: E402
+from rlkit.rollout.turns import GenerateOnly  # noqa: E402
 from rlkit.tasks.tool_arithmetic import tool_sft_model  # noqa: E402
 from rlkit.tools import Tool, as_tool, schemas  # noqa: E402
 from tests.sglang.local_policy import LocalPolicyWeights  # noqa: E402
@@ -63,19 +64,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skip-sglang", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     return p.parse_args()
-
-
-class _ReprefillEngine(RolloutEngine):
-    """An engine seen through ``generate`` only: its turns are batched and re-prefilled."""
-
-    def __init__(self, inner: RolloutEngine) -> None:
-        self.inner = inner
-
-    def generate(self, prompt_ids, params):
-        return self.inner.generate(prompt_ids, params)
-
-    def sync_weights(self, weights):
-        return self.inner.sync_weights(weights)
 
 
 def calculator_with_latency(latency_s: float) -> Tool:
@@ -147,7 +135,7 @@ def main() -> None:
     )
     engines: dict[str, RolloutEngine] = {
         "embedded": embedded,
-        "embedded, re-prefill": _ReprefillEngine(embedded),
+        "embedded, re-prefill": GenerateOnly(embedded),
     }
     if not args.skip_sglang:
         from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")

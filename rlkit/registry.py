@@ -324,7 +324,7 @@ def file_module_name(file: str) -> str:
     """The module name a file is imported under: one per absolute path, and reversible.
 
     Letters and digits stay; every other byte of the UTF-8 path becomes ``_`` and two
-    hex digits (``/work/my_r.py`` -> ``_rlkit_file__2fwork_2fmy_5fr_2epy``), so the
+    hex digits (``/srv/my_r.py`` -> ``_rlkit_file__2fsrv_2fmy_5fr_2epy``), so the
     same file is always the same module, and the name alone says which file to import
     (see :class:`_FileModuleFinder`): a pickled function of the file loads in a fresh
     process too.

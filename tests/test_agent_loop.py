@@ -11,9 +11,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.interactions import Interaction, InteractionReply
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, tool_agent
-from rlkit.rollout.base import RolloutEngine, SamplingParams
+from rlkit.rollout.base import SamplingParams
 from rlkit.rollout.hf_engine import HFEngine
 from rlkit.rollout.observations import ObservationRenderer
+from rlkit.rollout.turns import GenerateOnly
 from rlkit.tools import schemas
 from rlkit.trainer.batch import build_batch
 from rlkit.trainer.modules import ActorModule
@@ -236,19 +237,6 @@ def _engine(model_dir):
     return tok, HFEngine(weights, pad_token_id=tok.pad_token_id, eos_token_ids=[tok.eos_token_id])
 
 
-class _ReprefillEngine(RolloutEngine):
-    """The same engine seen through ``generate`` only: every turn prefills its context."""
-
-    def __init__(self, inner: HFEngine) -> None:
-        self.inner = inner
-
-    def generate(self, prompt_ids, params):
-        return self.inner.generate(prompt_ids, params)
-
-    def sync_weights(self, weights):
-        return self.inner.sync_weights(weights)
-
-
 def test_kv_cache_continuation_gives_the_conversation_of_a_full_re_prefill(tool_model_dir):
     tok = AutoTokenizer.from_pretrained(tool_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tool_model_dir)
@@ -265,7 +253,7 @@ def test_kv_cache_continuation_gives_the_conversation_of_a_full_re_prefill(tool_
         policy_version=5,
     )  # fmt: skip
     continued, metrics = run(engine)
-    reprefilled, _ = run(_ReprefillEngine(engine))
+    reprefilled, _ = run(GenerateOnly(engine))
     # Tool rows came back to the batch with their cache: their earlier ids were not run again.
     assert sum(t.stats["tool_calls"] > 0 for t in continued) >= 2
     assert metrics["rollout/kv_reused_tokens"] > 0

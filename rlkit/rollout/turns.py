@@ -165,6 +165,24 @@ class BatchedTurns(TurnGenerator):
                 )
 
 
+class GenerateOnly:
+    """An engine seen through ``generate`` and ``sync_weights`` only, so its turns go
+    through :class:`BatchedTurns` (every turn prefills its context again): the baseline
+    that an engine's own turn generator is compared with."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self.engine = engine
+
+    def generate(self, prompt_ids: Any, params: SamplingParams) -> Any:
+        return self.engine.generate(prompt_ids, params)
+
+    def sync_weights(self, weights: Any) -> dict[str, float]:
+        return self.engine.sync_weights(weights)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def turn_generator(engine: RolloutEngine, params: SamplingParams) -> TurnGenerator:
     """The engine's own turn generator (its ``turns(params)`` method), else
     :class:`BatchedTurns` over its ``generate``."""

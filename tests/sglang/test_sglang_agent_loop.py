@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import AgentConfig, tool_agent
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.hf_engine import HFEngine
 from tests.sglang.conftest import CPU_SERVER, require_sglang
-from tests.sglang.local_policy import LocalPolicyWeights
-from tests.test_agent_loop import _requests
+from tests.test_agent_loop import _engine, _requests
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
@@ -23,13 +20,7 @@ def test_sglang_and_the_embedded_engine_give_the_same_greedy_tool_conversation(
     require_sglang()
     from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
 
-    tok = AutoTokenizer.from_pretrained(tool_model_dir)
-    model = AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32)
-    embedded = HFEngine(
-        LocalPolicyWeights(model, version=0),
-        pad_token_id=tok.pad_token_id,
-        eos_token_ids=[tok.eos_token_id],
-    )
+    tok, embedded = _engine(tool_model_dir)
     requests = _requests(tok, [(23, 7), (58, 4), (91, 3), (7, 6)])
     params = SamplingParams(max_new_tokens=160, temperature=0.0, n=1)
     config = AgentConfig(tools=("calculator",), max_turns=3)
