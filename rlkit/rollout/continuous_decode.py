@@ -292,9 +292,10 @@ class ContinuousDecoder(TurnGenerator):
             unit_of.append(len(units))
             units.append((kept, ask.context_ids[start:]))
         logits, kv, mask = self._prefill(units)
-        index = torch.tensor(unit_of, device=self.device)
-        kv = [(k[index], v[index]) for k, v in kv]
-        logits, mask = logits[index], mask[index]
+        if len(units) < len(asks):  # repeat each shared prefill for the asks it serves
+            index = torch.tensor(unit_of, device=self.device)
+            kv = [(k[index], v[index]) for k, v in kv]
+            logits, mask = logits[index], mask[index]
         lengths = mask.sum(-1)
         new_rows = [_Row(ask) for ask in asks]
         self._join(new_rows, kv, mask, lengths, logits)
