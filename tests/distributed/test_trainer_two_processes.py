@@ -38,17 +38,23 @@ TrainerConfig.progress_bar = False
 """
 
 
-@pytest.mark.distributed
-@pytest.mark.slow
-def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_dir, tmp_path):
-    out = tmp_path / "run"
-    cfg = tmp_path / "two.gin"
-    cfg.write_text(GIN.format(model=demo_model_dir, out=out))
+def train_two_processes(gin_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``rlkit train`` on ``gin_text`` under ``accelerate launch`` with 2 processes; must exit 0."""
+    cfg = tmp_path / "experiment.gin"
+    cfg.write_text(gin_text)
     command = [*accelerate_launch(2), "-m", "rlkit.train", str(cfg)]
     proc = subprocess.run(
         command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=420
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return proc
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_dapo_run_trains_logs_and_checkpoints_per_rank(demo_model_dir, tmp_path):
+    out = tmp_path / "run"
+    proc = train_two_processes(GIN.format(model=demo_model_dir, out=out), tmp_path)
     assert "processes=2" in proc.stdout + proc.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [0, 1, 2]  # one writer: the main process only
@@ -96,13 +102,7 @@ def test_two_process_tool_agent_run_keeps_the_processes_in_lock_step(tool_model_
     """Each process's trajectories take their own number of turns and tool calls; the
     continuous batcher's votes keep FSDP's forward passes paired (a miss would hang)."""
     out = tmp_path / "run"
-    cfg = tmp_path / "tools.gin"
-    cfg.write_text(TOOL_GIN.format(model=tool_model_dir, out=out))
-    command = [*accelerate_launch(2), "-m", "rlkit.train", str(cfg)]
-    proc = subprocess.run(
-        command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=420
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    train_two_processes(TOOL_GIN.format(model=tool_model_dir, out=out), tmp_path)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = records[-1]
     assert last["step"] == 1 and last["tool_calls/mean"] > 0 and last["num_turns/max"] >= 2
