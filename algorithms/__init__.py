@@ -20,6 +20,15 @@ from algorithms.aggregation import (
     masked_mean,
 )
 from algorithms.entropy import entropy_from_logits
+from algorithms.implicit_prm import (
+    compute_dpo_abs_accuracy,
+    compute_dpo_accuracy,
+    dpo_opponent_q,
+    implicit_prm_loss,
+    implicit_process_rewards,
+    implicit_q,
+    reward_model_metrics,
+)
 from algorithms.kl import kl_penalty
 from algorithms.kl_controller import (
     AdaptiveKLController,
@@ -50,13 +59,20 @@ __all__ = [
     "FixedKLController",
     "aggregate_loss",
     "aggregate_sequence_loss",
+    "compute_dpo_abs_accuracy",
+    "compute_dpo_accuracy",
+    "dpo_opponent_q",
     "entropy_from_logits",
     "get_loss",
     "global_normalizers",
+    "implicit_prm_loss",
+    "implicit_process_rewards",
+    "implicit_q",
     "kl_penalty",
     "loss_names",
     "make_kl_controller",
     "masked_mean",
+    "reward_model_metrics",
     "rollout_is_weights",
     "value_loss",
 ]

@@ -36,6 +36,7 @@ elif str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import estimators  # noqa: E402
+from rlkit.registry import ESTIMATORS  # noqa: E402
 from tests.reference import estimator_loops  # noqa: E402
 
 #: Estimator-specific settings used in the benchmark (others take the defaults).
@@ -100,7 +101,20 @@ def _read_inputs(name: str, inputs: dict[str, Any]) -> list[torch.Tensor]:
         tensors.append(inputs["values"])
     if name == "remax":
         tensors.append(inputs["reward_baselines"])
-    return tensors
+    return tensors + [inputs[key] for key in _declared(name)]
+
+
+def _declared(name: str) -> tuple[str, ...]:
+    """The extra (B, T) inputs the estimator declares with ``inputs=(...)``."""
+    return tuple(ESTIMATORS.entry(name).extra.get("inputs", ()))
+
+
+def _with_declared(name: str, inputs: dict[str, Any], seed: int = 1) -> dict[str, Any]:
+    """``inputs`` plus a small dense (B, T) tensor for each input the estimator declares."""
+    gen = torch.Generator().manual_seed(seed)
+    mask = inputs["response_mask"]
+    extra = {key: 0.01 * torch.randn(mask.shape, generator=gen) * mask for key in _declared(name)}
+    return {**inputs, **extra}
 
 
 def _rows(inputs: dict[str, Any], rows: int) -> dict[str, Any]:
@@ -125,6 +139,7 @@ def benchmark_one(
     """
     fn = estimators.get(name)
     settings = SETTINGS.get(name, {})
+    inputs = _with_declared(name, inputs)
     read = _read_inputs(name, inputs)
     run = lambda: fn(**inputs, **settings)  # noqa: E731
     copy = lambda: [t.clone() for t in read]  # noqa: E731

@@ -55,6 +55,7 @@ from estimators import (  # noqa: F401
     grpo_batch_std,
     grpo_passk,
     opo,
+    prime,
     reinforce_plus_plus,
     reinforce_plus_plus_baseline,
     remax,

@@ -31,11 +31,14 @@ from typing import TYPE_CHECKING, Any
 # Imported for their registrations.
 from rewards import (  # noqa: F401
     answer_format,
+    code_unit_tests,
     exact_match,
     final_turn,
+    generative_judge,
     gsm8k,
     length_penalty,
     math_answer,
+    model_score,
     overlong,
     weighted,
     zero,

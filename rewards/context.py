@@ -43,6 +43,9 @@ class RewardContext:
         data_source: the row's data source (e.g. ``"gsm8k"``).
         extra_info: the dataset row's ``extra_info`` (verl's column), ``{}`` if none.
         response_length: response tokens (EOS included; every token after the prompt).
+        reward_model_score: the trainer's reward model's score of this response
+            (``RewardModelConfig.path``), ``None`` when no reward model is configured;
+            the ``reward_model`` reward returns it.
     """
 
     response: str
@@ -53,6 +56,7 @@ class RewardContext:
     data_source: str = ""
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     response_length: int = 0
+    reward_model_score: float | None = None
 
 
 def fields_read(fn: Callable[..., Any]) -> tuple[str, ...]:

@@ -21,6 +21,37 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 Prompt = str | Sequence[Mapping[str, str]]
 
 
+def reward_model_text(tokenizer: Any, prompt: Prompt, response: str) -> str:
+    """The text a reward model scores for one (prompt, response) pair.
+
+    The pair is re-rendered with the *reward model's* tokenizer, never the policy's
+    token ids: the model was trained on its own chat format.
+
+    Args:
+        tokenizer: the reward model's tokenizer.
+        prompt: a string or chat messages ``[{"role": ..., "content": ...}]``.
+        response: the response text.
+
+    Returns:
+        The chat template applied to prompt + assistant response when the
+        tokenizer has one; otherwise a string prompt followed directly by the response,
+        or chat messages joined as ``"role: content"`` lines.
+    """
+    if isinstance(prompt, str) and not getattr(tokenizer, "chat_template", None):
+        return prompt + response
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return conversation_text(tokenizer, [*messages, {"role": "assistant", "content": response}])
+
+
+def conversation_text(tokenizer: Any, conversation: Sequence[Mapping[str, Any]]) -> str:
+    """A whole conversation (ending with the assistant's last turn) as a reward model reads
+    it: its chat template when it has one, else ``"role: content"`` lines. A multi-turn
+    rollout's tool and user turns are rendered as the reward model's template renders them."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(list(conversation), tokenize=False)
+    return "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in conversation)
+
+
 class RewardModel:
     """Score (prompt, response) pairs with a Hugging Face reward model.
 
@@ -74,27 +105,8 @@ class RewardModel:
         config.pad_token_id = tok.pad_token_id
 
     def text(self, prompt: Prompt, response: str) -> str:
-        """The text the model scores for one pair.
-
-        Args:
-            prompt: a string or chat messages ``[{"role": ..., "content": ...}]``.
-            response: the response text.
-
-        Returns:
-            The chat template applied to prompt + assistant response when the
-            tokenizer has one; otherwise the prompt (messages joined as
-            ``"role: content"`` lines) followed by the response.
-        """
-        messages = (
-            [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        )
-        if getattr(self.tokenizer, "chat_template", None):
-            conversation = [*messages, {"role": "assistant", "content": response}]
-            return self.tokenizer.apply_chat_template(conversation, tokenize=False)
-        if isinstance(prompt, str):
-            return prompt + response
-        lines = [f"{m['role']}: {m['content']}" for m in messages]
-        return "\n".join([*lines, f"assistant: {response}"])
+        """The text the model scores for one pair (:func:`reward_model_text`)."""
+        return reward_model_text(self.tokenizer, prompt, response)
 
     @torch.inference_mode()
     def _score_texts(self, texts: list[str]) -> list[float]:

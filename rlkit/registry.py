@@ -218,7 +218,13 @@ class Registry(Generic[F]):
     def _load_home(self) -> None:
         if not self._home_loaded:
             self._home_loaded = True  # set first: the import registers into us
-            importlib.import_module(self.home)  # type: ignore[arg-type]
+            try:
+                importlib.import_module(self.home)  # type: ignore[arg-type]
+            except BaseException:
+                # An interrupted import (an error, a time limit) must not leave the
+                # registry empty for the rest of the process: the next lookup retries.
+                self._home_loaded = False
+                raise
 
     def _unknown_message(self, name: str) -> str:
         known = sorted([*self._entries, *self._aliases])

@@ -81,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         config.validate()
     except (ValueError, TypeError, UnknownNameError) as exc:
         raise SystemExit(f"rlkit train: {exc}") from exc
-    RLTrainer(config).run()
+    from rewards.generative_judge import JudgeError
+
+    try:
+        RLTrainer(config).run()
+    except JudgeError as exc:  # a judge that cannot grade: one message, not a traceback
+        raise SystemExit(f"rlkit train: {exc}") from exc
     return 0
 
 

@@ -8,9 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import estimators
+from rlkit.testing import declared_inputs
 
 ALL = estimators.names()
 GROUPED = ["grpo", "dr_grpo", "grpo_batch_std", "grpo_passk", "rloo", "opo", "gpg"]
+
+
+def run(name, inputs, **kw):
+    """``name`` on ``inputs``, with a (B, T) tensor for each input it declares."""
+    rewards = inputs["token_level_rewards"]
+    extra = {key: 0.5 * rewards - 0.25 for key in declared_inputs(name)}
+    return estimators.get(name)(**inputs, **extra, **kw)
 
 
 def inputs_for(rewards, mask, index=None, dtype=torch.float64):
@@ -56,7 +64,7 @@ def test_no_estimator_produces_nan_or_inf_on_degenerate_batches(
         rewards.to(dtype), mask, torch.randint(0, num_groups, (batch,), generator=gen), dtype
     )
     for name in ALL:
-        advantages, returns = estimators.get(name)(**inputs, epsilon=epsilon, gamma=gamma, lam=lam)
+        advantages, returns = run(name, inputs, epsilon=epsilon, gamma=gamma, lam=lam)
         for out in (advantages, returns):
             assert out.shape == (batch, length) and out.dtype == dtype
             if reward_kind != "huge":  # 1e30 * length may overflow float32 sums by itself
@@ -101,7 +109,7 @@ def test_fully_masked_rows_get_zero_and_do_not_count_in_their_group(name):
         [[1.0, 0.0], [0.0, 0.0], [100.0, 0.0]], [[1, 1], [1, 0], [0, 0]], ["g"] * 3
     )
     without = inputs_for([[1.0, 0.0], [0.0, 0.0]], [[1, 1], [1, 0]], ["g"] * 2)
-    for padded, plain in zip(estimators.get(name)(**with_empty), estimators.get(name)(**without)):
+    for padded, plain in zip(run(name, with_empty), run(name, without)):
         assert (padded[2] == 0).all()
         torch.testing.assert_close(padded[:2], plain, rtol=1e-12, atol=1e-12)
 
@@ -110,7 +118,7 @@ def test_fully_masked_rows_get_zero_and_do_not_count_in_their_group(name):
 @pytest.mark.parametrize("shape", [(0, 5), (0, 0), (3, 0)])
 def test_empty_batches_and_zero_length_rows_give_empty_outputs(name, shape):
     inputs = inputs_for(torch.zeros(shape), torch.zeros(shape), list(range(shape[0])))
-    advantages, returns = estimators.get(name)(**inputs)
+    advantages, returns = run(name, inputs)
     assert advantages.shape == shape and returns.shape == shape
 
 
@@ -127,7 +135,7 @@ def test_whitening_a_single_valid_token_centres_it_to_zero(name):
 def test_whitening_a_batch_with_no_valid_tokens_gives_zeros():
     inputs = inputs_for([[1.0, 2.0], [3.0, 4.0]], [[0, 0], [0, 0]])
     for name in ALL:
-        advantages, returns = estimators.get(name)(**inputs)
+        advantages, returns = run(name, inputs)
         assert (advantages == 0).all() and (returns == 0).all()
 
 

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import estimators
+from rlkit.testing import declared_inputs
 from tests.reference.estimator_loops import random_inputs
 
 ALL = estimators.names()
@@ -128,6 +129,13 @@ def _pad(inputs, extra_rows, extra_cols, gen):
     }
 
 
+def _grow(x, shape, gen):
+    """``x`` in the top-left corner of a ``shape`` tensor of garbage."""
+    out = torch.randn(shape, generator=gen, dtype=torch.float64) * 100
+    out[: x.shape[0], : x.shape[1]] = x
+    return out
+
+
 @pytest.mark.parametrize("name", ALL)
 @settings(max_examples=25, deadline=None)
 @given(
@@ -142,7 +150,12 @@ def test_appending_fully_masked_rows_and_columns_changes_nothing_on_real_tokens(
     name, seed, sizes, length, mask_kind, extra_rows, extra_cols
 ):
     inputs = random_inputs(seed, sizes, length, mask_kind=mask_kind)
-    padded = _pad(inputs, extra_rows, extra_cols, torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    for key in declared_inputs(name):  # a (B, T) input, with garbage where it is padded
+        inputs[key] = torch.randn(inputs["values"].shape, generator=gen, dtype=torch.float64)
+    padded = _pad(inputs, extra_rows, extra_cols, gen)
+    for key in declared_inputs(name):
+        padded[key] = _grow(inputs[key], padded["response_mask"].shape, gen)
     b, t = inputs["response_mask"].shape
     for ours, theirs in zip(
         estimators.get(name)(**inputs, **KW), estimators.get(name)(**padded, **KW)

@@ -9,6 +9,7 @@ import torch
 
 import estimators
 from rlkit.registry import ESTIMATORS, UnknownNameError
+from rlkit.testing import declared_inputs
 
 EXPECTED = {
     "gae",
@@ -22,6 +23,7 @@ EXPECTED = {
     "reinforce_plus_plus_baseline",
     "remax",
     "gpg",
+    "prime",
 }
 SIGNATURE = [
     ("token_level_rewards", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
@@ -37,13 +39,17 @@ SIGNATURE = [
 ]
 
 
-def small_inputs():
+def small_inputs(name=None):
+    """Shared inputs, plus a (B, T) tensor for each input ``name`` declares."""
+    names = declared_inputs(name) if name else ()
+    extra = {key: torch.tensor([[0.5, -0.25], [0.0, 0.0]]) for key in names}
     return {
         "token_level_rewards": torch.tensor([[0.0, 1.0], [0.0, 0.0]]),
         "response_mask": torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
         "index": ["p", "p"],
         "values": torch.zeros(2, 2),
         "reward_baselines": torch.zeros(2),
+        **extra,
     }
 
 
@@ -67,23 +73,25 @@ def test_verl_vectorised_names_are_aliases():
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_estimator_has_the_one_signature_and_a_docstring(name):
+    # A declared input is one more keyword-only argument (default None) before **options.
     fn = estimators.get(name)
     params = [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
-    assert params == SIGNATURE
+    declared = [(key, inspect.Parameter.KEYWORD_ONLY, None) for key in declared_inputs(name)]
+    assert params == SIGNATURE[:-1] + declared + SIGNATURE[-1:]
     doc = inspect.getdoc(fn)
     assert "arXiv:" in doc and "Returns:" in doc and "Raises:" in doc
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_every_estimator_accepts_and_ignores_arguments_it_does_not_use(name):
-    advantages, returns = estimators.get(name)(**small_inputs(), gamma=0.9, lam=0.9)
+    advantages, returns = estimators.get(name)(**small_inputs(name), gamma=0.9, lam=0.9)
     assert advantages.shape == returns.shape == (2, 2)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_unknown_options_raise_type_error_naming_them(name):
     with pytest.raises(TypeError, match="gama"):
-        estimators.get(name)(**small_inputs(), gama=0.9)
+        estimators.get(name)(**small_inputs(name), gama=0.9)
 
 
 def test_verl_spelling_of_the_std_flag_points_to_ours():
@@ -101,6 +109,7 @@ def test_unknown_estimator_name_suggests_the_nearest():
     [
         ("gae", "values"),
         ("remax", "reward_baselines"),
+        ("prime", "process_rewards"),
         *[
             (n, "index")
             for n in [
@@ -112,12 +121,13 @@ def test_unknown_estimator_name_suggests_the_nearest():
                 "opo",
                 "reinforce_plus_plus_baseline",
                 "gpg",
+                "prime",
             ]
         ],
     ],
 )
 def test_missing_required_argument_raises_value_error_naming_it(name, argument):
-    inputs = {**small_inputs(), argument: None}
+    inputs = {**small_inputs(name), argument: None}
     with pytest.raises(ValueError, match=f"{name} needs `{argument}`"):
         estimators.get(name)(**inputs)
 

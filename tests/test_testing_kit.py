@@ -29,6 +29,7 @@ from rlkit.testing import (
     Report,
     check_estimator,
     check_loss,
+    declared_inputs,
 )
 from rlkit.testing import strategies as S
 
@@ -63,7 +64,7 @@ def test_the_documented_exemptions_and_declarations_of_the_built_ins():
     exempt = {n: ESTIMATORS.entry(n).extra.get("properties_exempt", ()) for n in ESTIMATOR_NAMES}
     no_groups = ("singleton_group_zero", "equal_scores_zero")
     assert {n for n, e in exempt.items() if e} == {
-        "gae", "reinforce_plus_plus", "remax", "reinforce_plus_plus_baseline"
+        "gae", "reinforce_plus_plus", "remax", "reinforce_plus_plus_baseline", "prime"
     }  # fmt: skip
     assert all(set(e) == set(no_groups) for e in exempt.values() if e)
     declared = lambda n: set(ESTIMATORS.entry(n).extra.get("properties", ()))  # noqa: E731
@@ -87,6 +88,7 @@ def _estimator_declarations(name: str) -> dict:
         "exempt": extra.get("properties_exempt", ()),
         "needs_values": bool(extra.get("needs_values")),
         "needs_reward_baselines": bool(extra.get("needs_reward_baselines")),
+        "inputs": tuple(extra.get("inputs", ())),
     }
 
 
@@ -324,6 +326,91 @@ def test_a_missing_shared_keyword_fails_the_signature_property():
     report = check_estimator(narrow, only=("signature",))
     assert report.failed == ["signature"]
     assert "values" in report["signature"].counterexample
+
+
+# -- declared extra inputs ---------------------------------------------------------------
+def scaled_by_extra(
+    token_level_rewards,
+    response_mask,
+    *,
+    index=None,
+    values=None,
+    reward_baselines=None,
+    gamma=1.0,
+    lam=1.0,
+    norm_by_std=True,
+    epsilon=1e-6,
+    token_bonus=None,
+    **options,
+):
+    """Rewards plus a declared (B, T) input, summed over the row's valid tokens, per token."""
+    if options:
+        raise TypeError(sorted(options))
+    if token_bonus is None:
+        raise ValueError("needs token_bonus")
+    mask = response_mask.to(token_level_rewards.dtype)
+    total = ((token_level_rewards + token_bonus) * mask).sum(-1, keepdim=True) * mask
+    return total, total
+
+
+def bonus_unmasked(token_level_rewards, response_mask, *, token_bonus=None, **kw):
+    """The same, reading the declared input at mask-0 tokens too."""
+    adv, _ = scaled_by_extra(token_level_rewards, response_mask, token_bonus=token_bonus, **kw)
+    leaked = adv + token_bonus.sum(-1, keepdim=True) * response_mask.to(adv.dtype)
+    return leaked, leaked
+
+
+def test_declared_inputs_are_read_from_the_registration():
+    assert declared_inputs("prime") == ("process_rewards",)
+    assert declared_inputs("grpo") == ()
+    assert declared_inputs(scaled_by_extra) == ()  # not registered
+
+
+def test_a_declared_input_is_drawn_and_passed_by_keyword():
+    no_groups = ("singleton_group_zero", "equal_scores_zero")
+    report = check_estimator(scaled_by_extra, inputs=("token_bonus",), exempt=no_groups)
+    report.assert_ok()
+    # Without the declaration the input is never passed: every drawn call raises.
+    missing = check_estimator(scaled_by_extra, only=("finite",), **QUICK)
+    assert missing.failed == ["finite"] and "needs token_bonus" in missing["finite"].counterexample
+
+
+def test_an_estimator_that_reads_a_declared_input_at_padding_is_caught():
+    report = check_estimator(
+        bonus_unmasked,
+        inputs=("token_bonus",),
+        only=("masked_inputs_ignored", "empty_rows_ignored"),
+        **QUICK,
+    )
+    assert report.failed == ["masked_inputs_ignored", "empty_rows_ignored"]
+
+
+def test_a_declared_input_the_signature_cannot_take_fails_the_signature_property():
+    def narrow(
+        token_level_rewards,
+        response_mask,
+        *,
+        index=None,
+        values=None,
+        reward_baselines=None,
+        gamma=1.0,
+        lam=1.0,
+        norm_by_std=True,
+        epsilon=1e-6,
+    ):
+        return token_level_rewards, token_level_rewards  # fmt: skip
+
+    report = check_estimator(narrow, inputs=("token_bonus",), only=("signature",))
+    assert report.failed == ["signature"]
+    assert "token_bonus" in report["signature"].counterexample
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(S.estimator_inputs(extra_inputs=("process_rewards", "other")))
+def test_declared_token_inputs_are_zero_at_mask_zero_tokens(case):
+    mask = case["response_mask"]
+    for name in ("process_rewards", "other"):
+        assert case[name].shape == mask.shape and bool((case[name][~mask] == 0).all())
 
 
 def test_the_catalogues_describe_every_property():

@@ -1,4 +1,5 @@
-"""Loading local Hugging Face models: the causal LM, the critic's trunk, LoRA adapters."""
+"""Loading local Hugging Face models: the causal LM, the critic's trunk, the reward model,
+LoRA adapters."""
 
 from __future__ import annotations
 
@@ -60,3 +61,42 @@ def add_lora(
     targets = target_modules if isinstance(target_modules, str) else list(target_modules)
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
+
+
+def check_reward_model_dir(path: str) -> Path:
+    """Check that ``path`` holds a one-label sequence classifier, before it is loaded.
+
+    Raises:
+        FileNotFoundError: not a directory, or no ``config.json``.
+        ValueError: no ``*ForSequenceClassification`` architecture, or not one label.
+    """
+    p = Path(path)
+    if not (p / "config.json").is_file():
+        raise FileNotFoundError(
+            f"RewardModelConfig.path {path!r} is not a Hugging Face model directory "
+            "(no config.json); give a local AutoModelForSequenceClassification directory"
+        )
+    config = AutoConfig.from_pretrained(path)
+    architectures = list(getattr(config, "architectures", None) or [])
+    if not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise ValueError(
+            f"RewardModelConfig.path {path!r} has no classification head (architectures: "
+            f"{architectures}); a reward model is an AutoModelForSequenceClassification "
+            "with num_labels=1, e.g. one trained with TRL's RewardTrainer"
+        )
+    if config.num_labels != 1:
+        raise ValueError(
+            f"RewardModelConfig.path {path!r} has {config.num_labels} labels; a reward model "
+            "has 1 (a single score per sequence)"
+        )
+    return p
+
+
+def load_reward_model(path: str, *, dtype: str = "float32") -> PreTrainedModel:
+    """A frozen one-label sequence classifier (the reward model), in eval mode."""
+    from transformers import AutoModelForSequenceClassification
+
+    check_reward_model_dir(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype])
+    model.requires_grad_(False)
+    return model.eval()

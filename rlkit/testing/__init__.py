@@ -26,7 +26,9 @@ or from the shell: ``rlkit check my_pkg.my_module:my_estimator``.
   (reproducible), ``max_examples`` inputs (default 30), shrinking a failure
   to a small counterexample.
 * Registration flags are honoured: ``needs_values`` estimators get critic
-  values drawn, ``needs_reward_baselines`` ones greedy baselines.
+  values drawn, ``needs_reward_baselines`` ones greedy baselines, and every
+  extra input an estimator declares (``inputs=("process_rewards",)``) a (B, T)
+  tensor passed by keyword (:func:`declared_inputs` lists them).
 
 The strategies are public, to write properties of your own
 (``from rlkit.testing import strategies``). See docs/testing.md.
@@ -45,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - hypothesis is a declared depend
     ) from exc
 
 from rlkit.testing import strategies
-from rlkit.testing.estimator_checks import ESTIMATOR_PROPERTIES, check_estimator
+from rlkit.testing.estimator_checks import ESTIMATOR_PROPERTIES, check_estimator, declared_inputs
 from rlkit.testing.loss_checks import LOSS_PROPERTIES, check_loss
 from rlkit.testing.report import PropertyResult, Report
 from rlkit.testing.runner import DEFAULT_MAX_EXAMPLES, DEFAULT_SEED, Property
@@ -60,5 +62,6 @@ __all__ = [
     "Report",
     "check_estimator",
     "check_loss",
+    "declared_inputs",
     "strategies",
 ]

@@ -11,6 +11,13 @@ with ``values`` drawn only for estimators that need them (registry extra
 need greedy baselines (``needs_reward_baselines``, e.g. ``remax``); otherwise
 both are None, as in the trainer. ``epsilon`` is left at its default except
 where a property says otherwise.
+
+An estimator may declare extra inputs at registration,
+``@ESTIMATORS.register("name", inputs=("process_rewards",))``: each is a (B, T)
+float tensor on the token grid that the trainer passes by keyword. The battery
+draws one per declared name (:func:`rlkit.testing.strategies.token_inputs`) and
+treats it like the rewards: garbage at mask-0 tokens must change nothing, padding
+rows and columns get garbage, rows are permuted and split with the batch.
 """
 
 from __future__ import annotations
@@ -101,22 +108,52 @@ _QUARTERS = st.integers(-16, 16).map(lambda k: k / 4)
 _SCORES = st.sampled_from([0.0, 1.0, 0.1, 0.3, 1 / 3, 0.7, -2.5, 250.0])
 
 
+def declared_inputs(fn_or_name: Any) -> tuple[str, ...]:
+    """The extra (B, T) inputs an estimator declares with ``inputs=(...)`` at registration.
+
+    Args:
+        fn_or_name: a function, a registered name or ``"package.module:function"``.
+
+    Returns:
+        The declared names, in order; () for an estimator without any (or unregistered).
+
+    Raises:
+        rlkit.registry.UnknownNameError: ``fn_or_name`` is not found.
+    """
+    _, entry, _ = resolve(ESTIMATORS, fn_or_name)
+    return tuple(entry.extra.get("inputs", ())) if entry is not None else ()
+
+
 @dataclass
 class _Estimator:
     fn: Callable[..., Any]
     needs_values: bool
     needs_baselines: bool
     options: dict[str, Any] = field(default_factory=dict)
+    extra_inputs: tuple[str, ...] = ()
 
     def inputs(self, **kw: Any) -> st.SearchStrategy[dict[str, Any]]:
         """The strategy of this estimator's inputs (values / baselines when it needs them)."""
-        return S.estimator_inputs(values=self.needs_values, baselines=self.needs_baselines, **kw)
+        return S.estimator_inputs(
+            values=self.needs_values,
+            baselines=self.needs_baselines,
+            extra_inputs=self.extra_inputs,
+            **kw,
+        )
 
     def draw_inputs(self, draw: Any, **kw: Any) -> dict[str, Any]:
         """Draw the inputs inside a composite strategy."""
         return S.estimator_inputs.draw_in(
-            draw, values=self.needs_values, baselines=self.needs_baselines, **kw
+            draw,
+            values=self.needs_values,
+            baselines=self.needs_baselines,
+            extra_inputs=self.extra_inputs,
+            **kw,
         )
+
+    def zeros(self, b: int, t: int) -> dict[str, torch.Tensor]:
+        """All-zero declared inputs of a (B, T) = (b, t) batch."""
+        return {name: torch.zeros(b, t, dtype=torch.float64) for name in self.extra_inputs}
 
     def __call__(
         self, case: Mapping[str, Any], **overrides: Any
@@ -129,6 +166,7 @@ class _Estimator:
             "gamma": case.get("gamma", 1.0),
             "lam": case.get("lam", 1.0),
             "norm_by_std": True,
+            **{name: case.get(name) for name in self.extra_inputs},
             **self.options,
             **overrides,
         }
@@ -153,10 +191,15 @@ def _with(case: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
     return {**case, **changes}
 
 
-def _rows(case: Mapping[str, Any], rows: torch.Tensor) -> dict[str, Any]:
-    """The case restricted to (or reordered by) ``rows``."""
+_ROW_KEYS = ("token_level_rewards", "response_mask", "index", "values", "reward_baselines")
+
+
+def _rows(
+    case: Mapping[str, Any], rows: torch.Tensor, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The case restricted to (or reordered by) ``rows`` (``extra``: declared inputs too)."""
     out = dict(case)
-    for key in ("token_level_rewards", "response_mask", "index", "values", "reward_baselines"):
+    for key in (*_ROW_KEYS, *extra):
         if isinstance(case.get(key), torch.Tensor):
             out[key] = case[key][rows]
     return out
@@ -190,6 +233,11 @@ def _with_garbage(draw: Any, est: _Estimator) -> dict[str, Any]:
         changes["garbage_values"] = torch.where(
             pad, S.garbage_like.draw_in(draw, shape), case["values"]
         )
+    if est.extra_inputs:
+        changes["garbage_inputs"] = {
+            name: torch.where(pad, S.garbage_like.draw_in(draw, shape), case[name])
+            for name in est.extra_inputs
+        }
     return {**case, **changes}
 
 
@@ -223,6 +271,8 @@ def _with_padding(draw: Any, est: _Estimator) -> dict[str, Any]:
     }
     if case.get("values") is not None:
         padded["values"] = grown(case["values"])
+    for name in est.extra_inputs:
+        padded[name] = grown(case[name])
     if case.get("reward_baselines") is not None:
         more = S.garbage_like.draw_in(draw, (extra_rows,), dtype=case["reward_baselines"].dtype)
         padded["reward_baselines"] = torch.cat([case["reward_baselines"], more])
@@ -325,10 +375,11 @@ def _plans(est: _Estimator) -> dict[str, tuple[Any, Callable[[Any], str | None]]
             "reward_baselines": torch.zeros(3, dtype=torch.float64)
             if est.needs_baselines
             else None,
+            **est.zeros(3, 2),
         }
 
     def signature(_: Any) -> str | None:
-        return missing_keywords(est.fn, SHARED_POSITIONAL, SHARED_KEYWORDS)
+        return missing_keywords(est.fn, SHARED_POSITIONAL, (*SHARED_KEYWORDS, *est.extra_inputs))
 
     def unknown_option(_: Any) -> str | None:
         try:
@@ -350,6 +401,7 @@ def _plans(est: _Estimator) -> dict[str, tuple[Any, Callable[[Any], str | None]]
                 "reward_baselines": torch.zeros(b, dtype=torch.float64)
                 if est.needs_baselines
                 else None,
+                **est.zeros(b, t),
             }
             try:
                 est(case)
@@ -386,6 +438,7 @@ def _plans(est: _Estimator) -> dict[str, tuple[Any, Callable[[Any], str | None]]
         dirty_case = _with(case, token_level_rewards=case["garbage_rewards"])
         if "garbage_values" in case:
             dirty_case["values"] = case["garbage_values"]
+        dirty_case.update(case.get("garbage_inputs", {}))
         dirty = est(dirty_case)
         for name, a, b in zip(("advantages", "returns"), dirty, clean):
             msg = mismatch(a, b, f"{name} with garbage at mask-0 tokens vs zeros")
@@ -411,7 +464,7 @@ def _plans(est: _Estimator) -> dict[str, tuple[Any, Callable[[Any], str | None]]
     def permutation(case: Any) -> str | None:
         perm = torch.tensor(case["permutation"], dtype=torch.long)
         plain = est(case)
-        permuted = est(_rows(case, perm))
+        permuted = est(_rows(case, perm, est.extra_inputs))
         for name, p, q in zip(("advantages", "returns"), permuted, plain):
             msg = mismatch(p, q[perm], f"{name} of the permuted batch vs permuted {name}")
             if msg:
@@ -496,7 +549,7 @@ def _plans(est: _Estimator) -> dict[str, tuple[Any, Callable[[Any], str | None]]
             rows = rows.nonzero().flatten()
             if rows.numel() == 0:
                 continue
-            part, _ = est(_rows(case, rows))
+            part, _ = est(_rows(case, rows, est.extra_inputs))
             msg = mismatch(
                 part, whole[rows], f"advantages of the {label} part alone vs in the batch"
             )
@@ -539,6 +592,7 @@ def check_estimator(
     options: Mapping[str, Any] | None = None,
     needs_values: bool | None = None,
     needs_reward_baselines: bool | None = None,
+    inputs: Iterable[str] | None = None,
     max_examples: int = DEFAULT_MAX_EXAMPLES,
     seed: int = DEFAULT_SEED,
     shrink: bool = True,
@@ -558,6 +612,9 @@ def check_estimator(
         needs_values, needs_reward_baselines: draw critic values / greedy
             baselines; default: the registration's ``needs_values`` /
             ``needs_reward_baselines`` flags (False for an unregistered function).
+        inputs: names of the extra (B, T) inputs to draw and pass by keyword;
+            default: the registration's ``inputs=(...)`` (none for an unregistered
+            function).
         max_examples: drawn inputs per property.
         seed: the search's seed (searches are derandomised: a run is reproducible).
         shrink: shrink a failing input to a small counterexample (False: report the
@@ -582,6 +639,7 @@ def check_estimator(
         if needs_reward_baselines is None
         else needs_reward_baselines,
         dict(options or {}),
+        tuple(extra.get("inputs", ())) if inputs is None else tuple(inputs),
     )
     results, seconds = run_battery(
         names,

@@ -262,6 +262,25 @@ def critic_values(
 
 
 @_composite
+def token_inputs(
+    draw: Any,
+    mask: torch.Tensor,
+    *,
+    value_kinds: tuple[str, ...] = VALUE_KINDS,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """(B, T) a declared extra input of an estimator (e.g. PRIME's ``process_rewards``).
+
+    A value on every valid token, 0 on mask-0 tokens (as a model's token scores are
+    masked); the properties that need garbage there add it themselves.
+    """
+    _check_subset("value_kinds", tuple(value_kinds), VALUE_KINDS)
+    kind = draw(st.sampled_from(tuple(value_kinds)))
+    values = fill_values(kind, tuple(mask.shape), draw(seeds()))
+    return torch.where(mask.bool(), values, 0.0).to(dtype)
+
+
+@_composite
 def reward_baselines(
     draw: Any,
     rows: int,
@@ -294,6 +313,7 @@ def estimator_inputs(
     values: bool = True,
     baselines: bool = True,
     discounts: bool = True,
+    extra_inputs: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Keyword inputs of an advantage estimator.
 
@@ -301,7 +321,8 @@ def estimator_inputs(
         dict with ``token_level_rewards`` (B, T) ``dtype``; ``response_mask``
         (B, T) (one of ``mask_dtypes``); ``index`` (B,) int64; ``values`` (B, T)
         or None (``values=False``); ``reward_baselines`` (B,) or None
-        (``baselines=False``); ``gamma`` and ``lam`` (floats).
+        (``baselines=False``); ``gamma`` and ``lam`` (floats); and one (B, T)
+        :func:`token_inputs` tensor per name in ``extra_inputs``.
 
     Args:
         min_rows, max_rows, min_len, max_len: bounds of B and T.
@@ -314,6 +335,8 @@ def estimator_inputs(
             drawn per batch (bool and 0/1 floats are both legal).
         values, baselines: draw ``values`` / ``reward_baselines`` (else None).
         discounts: draw gamma in {1, 0.9} and lam in {1, 0.95} (else both 1).
+        extra_inputs: names of the (B, T) inputs the estimator declares with
+            ``inputs=(...)`` at registration (e.g. ``("process_rewards",)``).
     """
     mask = response_masks.draw_in(
         draw,
@@ -341,6 +364,10 @@ def estimator_inputs(
         if baselines
         else None,
         **dict(zip(("gamma", "lam"), draw(_DISCOUNTS) if discounts else (1.0, 1.0))),
+        **{
+            name: token_inputs.draw_in(draw, mask, value_kinds=value_kinds, dtype=dtype)
+            for name in extra_inputs
+        },
     }
 
 
@@ -485,5 +512,6 @@ __all__ = [
     "response_masks",
     "reward_baselines",
     "seeds",
+    "token_inputs",
     "token_rewards",
 ]

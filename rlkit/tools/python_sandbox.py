@@ -4,8 +4,10 @@ Each call starts a fresh interpreter (the caller's own ``sys.executable``) with
 ``-I -S -B -u -X utf8``: isolated mode (no ``PYTHON*`` variables, no user site, no
 current directory on ``sys.path``), no ``site`` (so only the standard library imports,
 not the caller's site-packages), no ``.pyc`` writes, unbuffered output. A short
-bootstrap sets the resource limits, then runs the code read from stdin; if the code
-ends with an expression its ``repr`` is printed, as in a notebook cell.
+bootstrap sets the resource limits, then runs the code read from the head of stdin
+(exactly its length in bytes, so that the rest of stdin, ``run(stdin=...)``, is the
+code's own input); if the code ends with an expression its ``repr`` is printed, as in
+a notebook cell. ``exit()`` and ``quit()`` work although ``site`` is not imported.
 
 What contains it (see :class:`PythonSandbox` for the numbers):
 
@@ -17,7 +19,9 @@ What contains it (see :class:`PythonSandbox` for the numbers):
   (``start_new_session=True``) and the whole group is killed with ``SIGKILL`` at the
   deadline. When the call ends, for any reason, every process left in that session
   or group, or carrying the call's ``RLKIT_SANDBOX_ID`` environment marker (which
-  catches a child that left the session with ``setsid``), is killed too.
+  catches a child that left the session with ``setsid``), is killed too. Should the
+  caller itself die first, an ``alarm`` set by the bootstrap ends the code's own
+  process two seconds after the time limit, rounded up (its children are not covered).
 * Processes: ``RLIMIT_NPROC`` bounds the processes and threads of the sandbox's user
   when that user is not root (the kernel does not enforce it for root). When the
   caller is root and the interpreter is reachable by others, the sandbox runs as
@@ -28,8 +32,9 @@ What contains it (see :class:`PythonSandbox` for the numbers):
 * A fresh scratch directory (``tempfile``) is the working directory, ``HOME`` and
   ``TMPDIR``; it is removed afterwards. The environment holds none of the caller's
   variables: only ``PATH``, ``LANG``, ``HOME``, ``TMPDIR`` and the marker.
-* stdout and stderr go, interleaved, to one file; the first ``max_output_bytes`` are
-  read back.
+* stdout and stderr go, interleaved, to one file (or to two, ``separate_stderr``);
+  the first ``max_output_bytes`` of each are read back. An uncaught ``MemoryError``
+  (an allocation past ``RLIMIT_AS``) is reported as its own reason, ``"memory"``.
 
 This is a guard against accidents and runaway code, not a security boundary: there
 is no network or file-system isolation beyond Unix permissions (as root, the code can
@@ -40,11 +45,11 @@ environment escapes the clean-up. Run untrusted code at scale inside a container
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import os
 import secrets
+import select
 import shutil
 import signal
 import stat
@@ -66,57 +71,97 @@ logger = logging.getLogger(__name__)
 NOBODY = 65534
 #: Name of the environment variable that marks a call's processes.
 MARKER_VARIABLE = "RLKIT_SANDBOX_ID"
+#: Exit code of the bootstrap when the code ended with an uncaught ``MemoryError``.
+MEMORY_EXIT_CODE = 86
 _MAX_POLL_S = 0.05
 
+# Kept to modules that start fast (no json, re or ast on the plain path): it runs before
+# every call. argv: limits "NAME=soft:hard,...", then "code_bytes alarm_s echo".
 _BOOTSTRAP = r"""
 import sys
 def _limit():
-    import json, resource
-    for name, (soft, hard) in json.loads(sys.argv[1]).items():
+    import resource
+    for item in sys.argv[1].split(","):
+        name, _, values = item.partition("=")
         which = getattr(resource, name, None)
         if which is not None:
             try:
-                resource.setrlimit(which, (soft, hard))
+                resource.setrlimit(which, tuple(int(v) for v in values.split(":")))
             except (ValueError, OSError):
                 pass
 _limit()
 del _limit
 def _run():
-    import ast, linecache, traceback
-    source = sys.stdin.buffer.read().decode("utf-8", "replace")
+    import builtins, os
+    code_bytes, alarm_s, echo = (int(v) for v in sys.argv[2].split())
+    try:  # ends this process should the caller die before it can kill it
+        import _signal
+        _signal.alarm(alarm_s)
+    except (ImportError, AttributeError):
+        pass
+    # Exactly the code's bytes, unbuffered: the rest of stdin is the code's own input.
+    chunks, left = [], code_bytes
+    while left > 0:
+        chunk = os.read(0, left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    source = b"".join(chunks).decode("utf-8", "replace")
+    if not hasattr(builtins, "exit"):  # site (not imported) defines them
+        builtins.exit = builtins.quit = sys.exit
     sys.argv = ["<code>"]
-    linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")
+    def remember_source():
+        import linecache
+        lines = source.splitlines(True)
+        linecache.cache["<code>"] = (len(source), None, lines, "<code>")
     namespace = {"__name__": "__main__", "__builtins__": __builtins__}
     try:
-        tree = ast.parse(source, "<code>")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
-        exec(compile(tree, "<code>", "exec"), namespace)
-        if last is not None:
-            value = eval(compile(last, "<code>", "eval"), namespace)
-            if value is not None:
-                print(repr(value))
+        if echo:
+            import ast
+            remember_source()
+            tree = ast.parse(source, "<code>")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            exec(compile(tree, "<code>", "exec"), namespace)
+            if last is not None:
+                value = eval(compile(last, "<code>", "eval"), namespace)
+                if value is not None:
+                    print(repr(value))
+        else:
+            exec(compile(source, "<code>", "exec"), namespace)
     except SystemExit:
         raise
     except BaseException as exc:
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != "<code>":
             tb = tb.tb_next
-        traceback.print_exception(type(exc), exc, tb)
-        sys.exit(1)
+        try:
+            import traceback
+            remember_source()
+            traceback.print_exception(type(exc), exc, tb)
+        except BaseException:
+            pass
+        sys.exit(MEMORY_EXIT_CODE if isinstance(exc, MemoryError) else 1)
 _run()
-"""
+""".replace("MEMORY_EXIT_CODE", str(MEMORY_EXIT_CODE))
 
 
 # -- /proc ----------------------------------------------------------------------
 def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
     """(state, ppid, process group, session) of a process; None if it is gone."""
+    # os.open / os.read: a scan reads every process's stat, file objects cost a third more.
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     fields = data[data.rfind(b")") + 2 :].split()
     try:
         return fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[3])
@@ -239,13 +284,18 @@ class SandboxResult:
     """What one run of code produced.
 
     Attributes:
-        output: stdout and stderr, interleaved, decoded (cut at ``max_output_bytes``).
+        output: stdout and stderr, interleaved, decoded (cut at ``max_output_bytes``);
+            stdout only when the sandbox has ``separate_stderr``.
         status: ``"ok"`` (exit code 0), ``"error"`` (non-zero exit, killed by a signal
             or past ``max_processes``) or ``"timeout"`` (wall-clock or CPU limit).
         exit_code: the process's exit code; negative: killed by that signal.
-        reason: ``""``, ``"exit"``, ``"timeout"``, ``"cpu"``, ``"processes"`` or ``"signal"``.
+        reason: ``""``, ``"exit"``, ``"timeout"``, ``"cpu"``, ``"processes"``,
+            ``"memory"`` (an uncaught ``MemoryError``: an allocation past
+            ``memory_bytes``) or ``"signal"``.
         duration_s: wall-clock seconds from start to the end of the clean-up.
         uid: the user id the code ran as.
+        stderr: stderr, decoded and cut like ``output``, when the sandbox has
+            ``separate_stderr``; else ``""`` (it is in ``output``).
     """
 
     output: str
@@ -254,6 +304,7 @@ class SandboxResult:
     reason: str
     duration_s: float
     uid: int
+    stderr: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,6 +326,13 @@ class PythonSandbox:
         executable: the interpreter; default ``sys.executable``.
         site_packages: drop ``-S``, so that the caller's site-packages import too
             (numpy, sympy, ...; the sandbox user must be able to read them).
+        separate_stderr: capture stderr apart from stdout (``SandboxResult.stderr``), for
+            callers that compare what a program prints with an expected output.
+        echo_last_expression: print the ``repr`` of a last bare expression, as in a
+            notebook. ``False`` runs the code as a script would (``sys.stdout.write(s)``
+            as the last line must not print its return value) and starts faster (no
+            ``ast`` or ``linecache`` import; tracebacks the code prints itself then
+            show no source lines, the one printed for an uncaught exception does).
     """
 
     timeout_s: float = 10.0
@@ -286,6 +344,8 @@ class PythonSandbox:
     user: int | str | None = "auto"
     executable: str | None = None
     site_packages: bool = False
+    separate_stderr: bool = False
+    echo_last_expression: bool = True
 
     def _identity(self, exe: str) -> tuple[int, int] | None:
         """(uid, gid) to switch to, or None to run as the caller."""
@@ -331,12 +391,16 @@ class PythonSandbox:
             limits["RLIMIT_NPROC"] = (nproc, nproc)
         return limits
 
-    def run(self, code: str, *, timeout_s: float | None = None) -> SandboxResult:
+    def run(
+        self, code: str, *, timeout_s: float | None = None, stdin: str | bytes | None = None
+    ) -> SandboxResult:
         """Run ``code`` under the limits; never raises for anything the code does.
 
         Args:
             code: Python source.
             timeout_s: wall-clock limit; default :attr:`timeout_s`.
+            stdin: what the code reads from its standard input (``input()``,
+                ``sys.stdin``, ``open(0)``); ``None``: nothing (end of file at once).
 
         Raises:
             ToolError: the interpreter could not be started at all.
@@ -351,17 +415,21 @@ class PythonSandbox:
         try:
             work = os.path.join(top, "work")
             os.mkdir(work, 0o700)
-            code_path, out_path = os.path.join(top, "code.py"), os.path.join(top, "output")
-            with open(code_path, "wb") as f:
-                f.write(str(code).encode("utf-8", "replace"))
+            paths = _Paths(top, work)
+            source = str(code).encode("utf-8", "replace")
+            data = stdin.encode("utf-8", "replace") if isinstance(stdin, str) else stdin or b""
+            with open(paths.code, "wb") as f:
+                f.write(source + data)
+            # The alarm: two seconds past the time limit, rounded up (module docstring).
+            settings = (len(source), max(1, math.ceil(limit)) + 2, int(self.echo_last_expression))
             try:
-                proc, uid, token = self._start(exe, identity, work, top, code_path, out_path, limit)
+                proc, uid, token = self._start(exe, identity, paths, limit, settings)
             except OSError as exc:
                 if self.user != "auto" or identity is None:
                     raise ToolError(f"Error: the Python sandbox could not start: {exc}") from exc
                 _unreachable.add(exe)  # the reachability check was wrong: run as the caller
                 _warn_once(exe, "python tool: cannot start %s as nobody (%s)", exe, exc)
-                proc, uid, token = self._start(exe, None, work, top, code_path, out_path, limit)
+                proc, uid, token = self._start(exe, None, paths, limit, settings)
             marker = f"{MARKER_VARIABLE}={token}".encode()
             try:
                 watch = self.max_processes is not None and uid == 0
@@ -369,45 +437,49 @@ class PythonSandbox:
             finally:
                 _kill_all(proc.pid, marker)  # before reaping: the pid (= session id) stays ours
                 proc.wait()
-            output = self._read_output(out_path)
+            output = self._read_output(paths.output)
+            errors = self._read_output(paths.errors) if self.separate_stderr else ""
         finally:
             _remove_tree(top)
-        return self._result(output, proc.returncode, reason, time.monotonic() - start, uid)
+        duration = time.monotonic() - start
+        return self._result(output, proc.returncode, reason, duration, uid, errors)
 
     # -- internals ------------------------------------------------------------
     def _start(
         self,
         exe: str,
         identity: tuple[int, int] | None,
-        work: str,
-        top: str,
-        code_path: str,
-        out_path: str,
+        paths: _Paths,
         limit: float,
+        settings: tuple[int, int, int],
     ) -> tuple[subprocess.Popen, int, str]:
         uid = os.geteuid() if identity is None else identity[0]
         kwargs: dict = {}
         if identity is not None:
-            os.chown(work, *identity)
-            os.chmod(top, 0o711)
+            os.chown(paths.work, *identity)
+            os.chmod(paths.top, 0o711)
             kwargs = {"user": identity[0], "group": identity[1], "extra_groups": []}
         token = secrets.token_hex(16)
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             "LANG": "C.UTF-8",
-            "HOME": work,
-            "TMPDIR": work,
+            "HOME": paths.work,
+            "TMPDIR": paths.work,
             MARKER_VARIABLE: token,
         }
         flags = ["-I", "-B", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
-        argv = [exe, *flags, "-c", _BOOTSTRAP, json.dumps(self._limits(limit, uid))]
-        with open(code_path, "rb") as stdin, open(out_path, "wb") as out:
+        limits = ",".join(f"{k}={s}:{h}" for k, (s, h) in self._limits(limit, uid).items())
+        argv = [exe, *flags, "-c", _BOOTSTRAP, limits, " ".join(map(str, settings))]
+        with contextlib.ExitStack() as files:
+            stdin = files.enter_context(open(paths.code, "rb"))
+            out = files.enter_context(open(paths.output, "wb"))
+            err = files.enter_context(open(paths.errors, "wb")) if self.separate_stderr else None
             proc = subprocess.Popen(
                 argv,
                 stdin=stdin,
                 stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=work,
+                stderr=err or subprocess.STDOUT,
+                cwd=paths.work,
                 env=env,
                 start_new_session=True,
                 close_fds=True,
@@ -419,26 +491,30 @@ class PythonSandbox:
         """Wait for the process to exit; the reason it was stopped, if any.
 
         Where ``os.waitid`` exists the exit is seen without reaping the process, so
-        that its pid, the session id, cannot be reused before the clean-up.
+        that its pid, the session id, cannot be reused before the clean-up. Where
+        ``os.pidfd_open`` exists (Linux 5.3+) the wait wakes at the exit itself, not
+        at the next poll, which matters for the many short runs of a code reward.
         """
-        pause, pid = 0.001, proc.pid
-        while True:
-            if hasattr(os, "waitid"):
-                try:
-                    exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                except ChildProcessError:
+        waiter = _ExitWaiter(proc.pid)
+        try:
+            # A count (a scan of /proc) within the first 10 ms finds nothing: the
+            # interpreter is still starting.
+            pause, pid = (0.01 if count_processes else 0.001), proc.pid
+            while True:
+                if _has_exited(proc):
                     return ""
-                if exited is not None:
-                    return ""
-            elif proc.poll() is not None:
-                return ""
-            now = time.monotonic()
-            if now >= deadline:
-                return "timeout"
-            if count_processes and len(session_members(pid)) > 1 + self.max_processes:
-                return "processes"
-            time.sleep(min(pause, deadline - now))
-            pause = min(pause * 2, _MAX_POLL_S)
+                now = time.monotonic()
+                if now >= deadline:
+                    return "timeout"
+                if count_processes and len(session_members(pid)) > 1 + self.max_processes:
+                    return "processes"
+                if waiter.can_wait and not count_processes:
+                    waiter.wait(deadline - now)
+                else:
+                    waiter.wait(min(pause, deadline - now))
+                pause = min(pause * 2, _MAX_POLL_S)
+        finally:
+            waiter.close()
 
     def _read_output(self, path: str) -> str:
         try:
@@ -453,7 +529,13 @@ class PythonSandbox:
         return text
 
     def _result(
-        self, output: str, code: int | None, reason: str, duration: float, uid: int
+        self,
+        output: str,
+        code: int | None,
+        reason: str,
+        duration: float,
+        uid: int,
+        stderr: str = "",
     ) -> SandboxResult:
         if reason == "timeout":
             status = "timeout"
@@ -463,11 +545,74 @@ class PythonSandbox:
             status, reason = "ok", ""
         elif code is not None and code == -signal.SIGXCPU:
             status, reason = "timeout", "cpu"
+        elif code is not None and code == -signal.SIGALRM:  # the bootstrap's backstop
+            status, reason = "timeout", "timeout"
+        elif code == MEMORY_EXIT_CODE:
+            status, reason = "error", "memory"
         elif code is not None and code < 0:
             status, reason = "error", "signal"
         else:
             status, reason = "error", "exit"
-        return SandboxResult(output, status, code, reason, duration, uid)
+        return SandboxResult(output, status, code, reason, duration, uid, stderr)
+
+
+@dataclass(frozen=True)
+class _Paths:
+    """The files of one run: ``top`` (0o711 for another user), ``work`` (its cwd)."""
+
+    top: str
+    work: str
+
+    @property
+    def code(self) -> str:
+        return os.path.join(self.top, "code.py")
+
+    @property
+    def output(self) -> str:
+        return os.path.join(self.top, "output")
+
+    @property
+    def errors(self) -> str:
+        return os.path.join(self.top, "errors")
+
+
+def _has_exited(proc: subprocess.Popen) -> bool:
+    """Whether ``proc`` has exited, without reaping it where ``os.waitid`` exists."""
+    if not hasattr(os, "waitid"):
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+class _ExitWaiter:
+    """Sleeps until a child process exits or a timeout passes (a pidfd where there is one)."""
+
+    def __init__(self, pid: int) -> None:
+        self._fd: int | None = None
+        self._poll = None
+        if hasattr(os, "pidfd_open") and hasattr(select, "poll"):
+            with contextlib.suppress(OSError):
+                self._fd = os.pidfd_open(pid)
+                self._poll = select.poll()
+                self._poll.register(self._fd, select.POLLIN)
+
+    @property
+    def can_wait(self) -> bool:
+        """Whether :meth:`wait` wakes at the exit (else it sleeps the whole timeout)."""
+        return self._poll is not None
+
+    def wait(self, timeout_s: float) -> None:
+        if self._poll is None:
+            time.sleep(max(timeout_s, 0.0))
+        else:
+            self._poll.poll(max(timeout_s, 0.0) * 1000.0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = self._poll = None
 
 
 _unreachable: set[str] = set()
@@ -487,7 +632,7 @@ def _remove_tree(path: str) -> None:
 
 def result_text(result: SandboxResult, *, timeout_s: float, max_processes: int | None) -> str:
     """The tool's text for a run; raises :class:`ToolError` / :class:`ToolTimeout` on failure."""
-    output = result.output.rstrip()
+    output = "\n".join(part for part in (result.output.rstrip(), result.stderr.rstrip()) if part)
     note = ""
     if result.reason == "timeout":
         note = f"[Timed out: the code ran longer than {timeout_s:g} s and was stopped]"
@@ -498,6 +643,8 @@ def result_text(result: SandboxResult, *, timeout_s: float, max_processes: int |
     elif result.reason == "signal":
         name = signal.Signals(-result.exit_code).name if result.exit_code else "?"
         note = f"[Killed by signal {name} (out of memory or CPU time?)]"
+    elif result.reason == "memory" and not output:
+        note = "Error: MemoryError (the code went past its memory limit)"
     elif result.reason == "exit" and not output:
         note = f"Error: the code exited with code {result.exit_code}"
     text = "\n".join(part for part in (output, note) if part)

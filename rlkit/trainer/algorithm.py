@@ -40,6 +40,14 @@ LOSS_INPUTS: dict[str, str] = {
 }
 """Extra inputs a registered policy loss may declare with ``inputs=(...)``."""
 
+ESTIMATOR_INPUTS: dict[str, str] = {
+    "process_rewards": "the implicit process reward model's token rewards "
+    "beta * (log pi_prm - log pi_ref) (B, T); adds the PRM role (PrimeConfig) and the "
+    "reference forward",
+}
+"""Extra inputs a registered advantage estimator may declare with ``inputs=(...)``; it
+receives them as keyword tensors, like a loss its declared inputs."""
+
 
 @dataclass(frozen=True)
 class Needs:
@@ -47,6 +55,8 @@ class Needs:
 
     Attributes:
         values: a critic is built, trained and run before the advantages.
+        process_rewards: an implicit process reward model is built, run and trained
+            each step (PRIME); its token rewards reach the estimator.
         ref_log_probs: the reference policy's forward (KL loss, KL in reward, a loss input).
         greedy_baseline: one greedy response per prompt is generated and scored (ReMax).
         old_log_probs: the actor's no-grad forward before the update; ``False`` when
@@ -61,6 +71,7 @@ class Needs:
     greedy_baseline: bool
     old_log_probs: bool
     entropy: bool
+    process_rewards: bool = False
 
 
 class Algorithm:
@@ -83,12 +94,17 @@ class Algorithm:
         self.policy_loss: Entry = POLICY_LOSSES.entry(a.policy_loss)
         self.value_loss: Entry = VALUE_LOSSES.entry(a.value_loss)
         self.loss_inputs: tuple[str, ...] = tuple(self.policy_loss.extra.get("inputs", ()))
-        unknown = [name for name in self.loss_inputs if name not in LOSS_INPUTS]
-        if unknown:
-            raise ValueError(
-                f"policy loss {a.policy_loss!r} declares unknown input(s) {unknown}; "
-                f"available: {sorted(LOSS_INPUTS)}"
-            )
+        self.estimator_inputs: tuple[str, ...] = tuple(self.estimator.extra.get("inputs", ()))
+        for kind, name, declared, known in (
+            ("policy loss", a.policy_loss, self.loss_inputs, LOSS_INPUTS),
+            ("advantage estimator", a.adv_estimator, self.estimator_inputs, ESTIMATOR_INPUTS),
+        ):
+            unknown = [x for x in declared if x not in known]
+            if unknown:
+                raise ValueError(
+                    f"{kind} {name!r} declares unknown input(s) {unknown}; "
+                    f"available: {sorted(known)}"
+                )
         self.cliprange_value = o.cliprange_value
         self.norm_length = config.rollout.max_response_length
         self.kl_ctrl = algorithms.make_kl_controller(
@@ -102,12 +118,17 @@ class Algorithm:
             and not a.use_kl_in_reward
             and a.rollout_is_level is None
         )
+        process_rewards = "process_rewards" in self.estimator_inputs
         self.needs = Needs(
             values=bool(self.estimator.extra.get("needs_values")) or "values" in self.loss_inputs,
-            ref_log_probs=a.use_kl_loss or a.use_kl_in_reward or "ref_log_prob" in self.loss_inputs,
+            ref_log_probs=a.use_kl_loss
+            or a.use_kl_in_reward
+            or "ref_log_prob" in self.loss_inputs
+            or process_rewards,
             greedy_baseline=bool(self.estimator.extra.get("needs_reward_baselines")),
             old_log_probs=not on_policy,
             entropy=a.entropy_coeff != 0 or "entropy" in self.loss_inputs or on_policy,
+            process_rewards=process_rewards,
         )
 
     @property
@@ -142,6 +163,7 @@ class Algorithm:
             gamma=a.gamma,
             lam=a.lam,
             norm_by_std=a.norm_adv_by_std_in_grpo,
+            **{name: getattr(batch, name) for name in self.estimator_inputs},
             **a.estimator_options,
         )
         if a.rollout_is_level is not None:

@@ -63,6 +63,9 @@ class TrainBatch:
         token_level_rewards: scores minus the KL penalty in the reward.
         advantages, returns: the estimator's outputs.
         rollout_is_weights: rollout importance-sampling weights.
+        process_rewards: the implicit process reward model's token rewards (PRIME).
+        prm_ref_log_probs: the PRM's reference log-probs (PRIME).
+        prm_opponent_q: (B,) PRIME's detached DPO opponents (``PrimeConfig.loss_type="dpo"``).
     """
 
     input_ids: torch.Tensor = _field(SEQUENCE)
@@ -90,6 +93,9 @@ class TrainBatch:
     advantages: torch.Tensor | None = _field(TOKEN, default=None)
     returns: torch.Tensor | None = _field(TOKEN, default=None)
     rollout_is_weights: torch.Tensor | None = _field(TOKEN, default=None)
+    process_rewards: torch.Tensor | None = _field(TOKEN, default=None)
+    prm_ref_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
+    prm_opponent_q: torch.Tensor | None = _field(ROW, default=None)
 
     def __len__(self) -> int:
         return int(self.responses.shape[0])

@@ -88,6 +88,58 @@ class DataConfig:
 
 @gin.configurable
 @dataclass
+class RewardModelConfig:
+    """A frozen sequence-classification reward model, run by the trainer on every rollout.
+
+    Its score reaches rewards as ``RewardContext.reward_model_score``; the
+    ``reward_model`` reward returns it (alone, or as a ``weighted`` term beside rule
+    rewards). See docs/reward_models.md.
+    """
+
+    path: str = ""
+    """Local ``AutoModelForSequenceClassification`` directory with one label; empty = none."""
+    tokenizer_path: str | None = None
+    """The reward model's tokenizer directory if not ``path``."""
+    chat_template: str | None = None
+    """Replace the reward model's chat template (a built-in name or Jinja text); responses
+    are re-rendered with it, never fed the policy's token ids."""
+    dtype: str = "float32"
+    max_length: int | None = None
+    """Truncate longer texts to this many tokens, dropping the start (the score is read at
+    the end)."""
+    max_token_len_per_micro_batch: int = 8192
+    """Padded tokens per reward-model forward on each process."""
+
+
+@gin.configurable
+@dataclass
+class PrimeConfig:
+    """PRIME's implicit process reward model (PRM): built when the advantage estimator
+    declares the ``process_rewards`` input (``prime``). See docs/prime.md."""
+
+    model_path: str | None = None
+    """The PRM's initialisation (a causal LM); ``None`` = ``ModelConfig.path``. Its
+    reference is its own frozen initial copy (shared with the policy's reference when
+    the paths agree)."""
+    beta_train: float = 0.05
+    """beta in r_t = beta * (log pi_prm - log pi_ref) and in the PRM's loss."""
+    lr: float = 1e-6
+    loss_type: str = "ce"
+    """ce (cross-entropy on outcome correctness) | dpo (pairwise, detached opponents)."""
+    granularity: str = "token"
+    """token (a reward per token) | whole (the row's sum on its last token)."""
+    norm: str = "batch_norm"
+    """batch_norm (divide by the batch's largest |reverse cumulative sum|) | none."""
+    update: str = "before"
+    """verl's order of scoring and updating (the PRM takes one optimizer step per RL
+    step): before (update, then the rewards from the updated PRM) | after (the rewards
+    from the update's forward, i.e. the PRM before its step) | reverse (score, then
+    update: the same rewards as after; the order dpo's opponents come from) | none (a
+    frozen PRM)."""
+
+
+@gin.configurable
+@dataclass
 class RolloutConfig:
     """Generation: engine and sampling."""
 
@@ -233,6 +285,8 @@ class ExperimentConfig:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    prime: PrimeConfig = field(default_factory=PrimeConfig)
 
     @classmethod
     def from_gin(cls) -> ExperimentConfig:
@@ -243,7 +297,16 @@ class ExperimentConfig:
         """
         algorithm, data, rollout = AlgorithmConfig(), DataConfig(), RolloutConfig()
         check_registered_names(algorithm, data, rollout)
-        return cls(ModelConfig(), data, rollout, algorithm, OptimConfig(), TrainerConfig())
+        return cls(
+            ModelConfig(),
+            data,
+            rollout,
+            algorithm,
+            OptimConfig(),
+            TrainerConfig(),
+            RewardModelConfig(),
+            PrimeConfig(),
+        )
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming every inconsistent setting, before any work."""
@@ -291,8 +354,97 @@ class ExperimentConfig:
                 problems.append(str(exc))
         if not (d.train_files or d.dataset_fn):
             problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
+        problems += self._reward_model_problems()
+        problems += self._prime_problems()
         if problems:
             raise ValueError("invalid experiment configuration:\n  - " + "\n  - ".join(problems))
+
+    def _reward_model_problems(self) -> list[str]:
+        """A reward model that nothing reads, a reward that reads a missing one, a directory
+        that is not a one-label sequence classifier."""
+        rm, reward = self.reward_model, self.data.reward
+        wants = reward_reads_reward_model(reward, self.data.reward_options)
+        if not rm.path:
+            return (
+                [
+                    f"DataConfig.reward {reward!r} reads the reward model's score: set "
+                    "RewardModelConfig.path to a local AutoModelForSequenceClassification directory"
+                ]
+                if wants
+                else []
+            )
+        problems = []
+        if wants is False:
+            problems.append(
+                f"RewardModelConfig.path is set but DataConfig.reward {reward!r} does not use "
+                "its score: use DataConfig.reward = 'reward_model', or a 'weighted' term "
+                "{'reward': 'reward_model', 'weight': w}"
+            )
+        if rm.dtype not in ("float32", "bfloat16", "float16"):
+            problems.append(
+                f"RewardModelConfig.dtype must be float32|bfloat16|float16, got {rm.dtype!r}"
+            )
+        if rm.max_token_len_per_micro_batch < 1:
+            problems.append("RewardModelConfig.max_token_len_per_micro_batch must be >= 1")
+        from rlkit.models.loading import check_reward_model_dir
+
+        try:
+            check_reward_model_dir(rm.path)
+        except (FileNotFoundError, ValueError) as exc:
+            problems.append(str(exc))
+        if rm.chat_template is not None:
+            from rlkit.data.chat_templates import resolve_chat_template
+
+            try:
+                resolve_chat_template(rm.chat_template)
+            except ValueError as exc:
+                problems.append(f"RewardModelConfig.chat_template: {exc}")
+        return problems
+
+    def _prime_problems(self) -> list[str]:
+        p = self.prime
+        choices = {
+            "loss_type": ("ce", "dpo"),
+            "granularity": ("token", "whole"),
+            "norm": ("batch_norm", "none"),
+            "update": ("before", "after", "reverse", "none"),
+        }
+        problems = [
+            f"PrimeConfig.{name} must be {'|'.join(allowed)}, got {getattr(p, name)!r}"
+            for name, allowed in choices.items()
+            if getattr(p, name) not in allowed
+        ]
+        if not p.beta_train > 0:
+            problems.append(f"PrimeConfig.beta_train must be > 0, got {p.beta_train}")
+        if p.model_path:
+            from rlkit.models.loading import check_model_dir
+
+            try:
+                check_model_dir(p.model_path)
+            except FileNotFoundError as exc:
+                problems.append(f"PrimeConfig.model_path: {exc}")
+        return problems
+
+
+def reward_reads_reward_model(reward: str, options: dict[str, Any]) -> bool | None:
+    """Whether the configured reward reads the reward model's score: ``True`` (the
+    ``reward_model`` reward, or a ``weighted`` term of it), ``False`` (registered rewards
+    that do not), ``None`` (a user function, which may read ``context``: unknown)."""
+    from rlkit.registry import REWARDS
+
+    if ":" in reward:
+        return None
+    if reward == "weighted":
+        terms = options.get("terms", ())
+        terms = terms if isinstance(terms, list | tuple) else ()
+        names = [t.get("reward") if isinstance(t, dict) else t for t in terms]
+        reads = [reward_reads_reward_model(n, {}) for n in names if isinstance(n, str)]
+        return True if True in reads else (None if None in reads else False)
+    try:
+        entry = REWARDS.entry(reward)
+    except LookupError:  # an unknown name is reported by check_registered_names
+        return None
+    return bool(entry.extra.get("needs_reward_model"))
 
 
 def check_registered_names(

@@ -152,3 +152,36 @@ class CriticModule(nn.Module):
         """Values V(s_t) before each response token, (B, T) float32."""
         hidden = _response_hidden(self.backbone, batch, prompt_width, self.remove_padding)
         return self.value_head(hidden).squeeze(-1).float()
+
+
+class RewardModelModule(nn.Module):
+    """A frozen sequence classifier: its single logit at each row's last real token.
+
+    The trunk and the ``score`` head are run here rather than through the model's own
+    forward, which finds the last token by searching for the pad id and so misreads
+    a row whose text contains the pad token (often EOS).
+    """
+
+    def __init__(self, backbone: PreTrainedModel) -> None:
+        super().__init__()
+        head = getattr(backbone, "score", None)
+        if not isinstance(head, nn.Linear):
+            raise ValueError(
+                f"{type(backbone).__name__} has no linear `score` head; a reward model is a "
+                "transformers *ForSequenceClassification decoder (e.g. Qwen2, Llama)"
+            )
+        self.backbone = backbone
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores (B,) float32 of right-padded rows (B, L)."""
+        hidden = self.backbone.base_model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+        ).last_hidden_state
+        last = attention_mask.sum(-1).clamp(min=1) - 1
+        pooled = hidden[torch.arange(len(hidden), device=hidden.device), last]
+        return self.backbone.score(pooled).squeeze(-1).float()

@@ -176,13 +176,18 @@ class ScoredRollout:
 
 
 def reward_contexts(
-    trajectories: list[Trajectory], texts: list[str], prompts: PromptSet
+    trajectories: list[Trajectory],
+    texts: list[str],
+    prompts: PromptSet,
+    model_scores: list[float] | None = None,
 ) -> list[Any]:
-    """One :class:`rewards.RewardContext` per trajectory (``texts``: decoded responses)."""
+    """One :class:`rewards.RewardContext` per trajectory (``texts``: decoded responses;
+    ``model_scores``: the reward model's score per trajectory, if one ran)."""
     from rewards import RewardContext
 
     out = []
-    for traj, text in zip(trajectories, texts):
+    scores = model_scores if model_scores is not None else [None] * len(trajectories)
+    for traj, text, model_score in zip(trajectories, texts, scores):
         i = traj.prompt_index
         out.append(
             RewardContext(
@@ -194,13 +199,19 @@ def reward_contexts(
                 data_source=prompts.data_sources[i],
                 extra_info=prompts.extra_infos[i] if prompts.extra_infos else {},
                 response_length=len(traj),
+                reward_model_score=model_score,
             )
         )
     return out
 
 
 def score_rollout(
-    trajectories: list[Trajectory], prompts: PromptSet, tokenizer: Any, cfg: Any, groups: list[int]
+    trajectories: list[Trajectory],
+    prompts: PromptSet,
+    tokenizer: Any,
+    cfg: Any,
+    groups: list[int],
+    model_scores: list[float] | None = None,
 ) -> ScoredRollout:
     """Decode responses and score them with the configured reward (+ overlong shaping).
 
@@ -208,7 +219,9 @@ def score_rollout(
     EOS included) and ``DataConfig.reward_options`` as keywords, and whatever else of
     the :class:`rewards.RewardContext` its signature names (``prompt``, ``messages``,
     ``conversation``, ``extra_info``, ``context``); a batched reward is called once with
-    every row's context. Reward exceptions and time-outs score 0 and are counted
+    every row's context. ``model_scores`` (the reward model's, when one is configured)
+    reach the reward as ``RewardContext.reward_model_score`` and are logged as
+    ``reward/reward_model/mean``. Reward exceptions and time-outs score 0 and are counted
     (``reward/num_errors``, ``reward/num_timeouts``); every numeric extra field of the
     results is logged as its mean, ``reward/<field>/mean`` (``weighted``'s per-term
     scores: ``reward/weighted/<term>/mean``).
@@ -217,7 +230,7 @@ def score_rollout(
 
     d, a = cfg.data, cfg.algorithm
     texts = tokenizer.batch_decode([t.response_ids for t in trajectories], skip_special_tokens=True)
-    contexts = reward_contexts(trajectories, texts, prompts)
+    contexts = reward_contexts(trajectories, texts, prompts, model_scores)
     extras = [
         {**d.reward_options, "data_source": c.data_source, "response_length": c.response_length}
         for c in contexts
@@ -250,6 +263,8 @@ def score_rollout(
         metrics["reward/overlong_penalty_sum"] = float(sum(penalties))
     sources = [c.data_source for c in contexts]
     fields = [numeric_fields(info) for info in result.infos]
+    for row, model_score in zip(fields, model_scores or ()):
+        row["reward_model"] = float(model_score)
     return ScoredRollout(
         list(trajectories), list(groups), scores, acc, sources, None, metrics, fields
     )

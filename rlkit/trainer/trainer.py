@@ -123,6 +123,14 @@ class RLTrainer:
         self.critic = self.critic_opt = self.critic_sched = None
         if self.needs.values:
             self.critic, self.critic_opt, self.critic_sched = self._build_critic()
+        self.prm = self.prm_opt = self.prm_sched = self.prm_ref = None
+        if self.needs.process_rewards:
+            self._build_prm()
+        self.reward_model = None
+        if cfg.reward_model.path:
+            from rlkit.trainer.reward_model_role import RewardModelRole
+
+            self.reward_model = RewardModelRole(cfg.reward_model, self.backend)
 
         from rlkit.trainer.policy_weights import TrainerPolicyWeights
 
@@ -312,6 +320,28 @@ class RLTrainer:
         )
         return critic, opt, self._scheduler(opt)
 
+    def _build_prm(self) -> None:
+        """PRIME's implicit PRM: a trained causal LM (the policy's initialisation unless
+        ``PrimeConfig.model_path``) and, for another initialisation, its own reference."""
+        from rlkit.models.loading import load_causal_lm
+        from rlkit.trainer.modules import ActorModule
+
+        m, o, p = self.cfg.model, self.cfg.optim, self.cfg.prime
+        path = p.model_path or m.path
+        gguf = m.gguf_file if path == m.path else None
+
+        def module(trainable: bool) -> ActorModule:
+            backbone = load_causal_lm(path, dtype=m.dtype, gguf_file=gguf)
+            backbone.requires_grad_(trainable)
+            return ActorModule(
+                backbone, chunk_size=o.logprob_chunk_size, remove_padding=m.use_remove_padding
+            )
+
+        self.prm, self.prm_opt = self.backend.prepare(module(True), self._optimizer_factory(p.lr))
+        self.prm_sched = self._scheduler(self.prm_opt)
+        if path != m.path:
+            self.prm_ref, _ = self.backend.prepare(module(False), None)
+
     # ---------------------------------------------------------------- resume
     def _checkpoint_modules(
         self,
@@ -319,6 +349,8 @@ class RLTrainer:
         modules = {"actor": (self.actor, self.actor_opt)}
         if self.critic is not None:
             modules["critic"] = (self.critic, self.critic_opt)
+        if self.prm is not None:
+            modules["prm"] = (self.prm, self.prm_opt)
         return modules
 
     def _maybe_resume(self) -> str | None:
@@ -335,6 +367,8 @@ class RLTrainer:
         self.actor_sched.load_state_dict(state["actor_sched"])
         if self.critic_sched is not None:
             self.critic_sched.load_state_dict(state["critic_sched"])
+        if self.prm_sched is not None:
+            self.prm_sched.load_state_dict(state["prm_sched"])
         for _ in range(state["step"]):
             self.weights.bump()
         restore_rng_state(rng, self.platform)
@@ -347,6 +381,7 @@ class RLTrainer:
             "kl_ctrl": self.algorithm.kl_ctrl.state_dict(),
             "actor_sched": self.actor_sched.state_dict(),
             "critic_sched": self.critic_sched.state_dict() if self.critic_sched else None,
+            "prm_sched": self.prm_sched.state_dict() if self.prm_sched else None,
         }
         return self.checkpoints.save(
             self.step_count, self._checkpoint_modules(), state, capture_rng_state(self.platform)
@@ -439,7 +474,91 @@ class RLTrainer:
                 batch.values = self._forward_rows(
                     self.critic, batch, lambda m, mb: m(mb.model_inputs(), mb.prompt_width)
                 )
+        if self.needs.process_rewards:
+            with timer("prm"):
+                metrics |= self._process_rewards(batch)
         return metrics
+
+    def _process_rewards(self, batch: TrainBatch) -> dict[str, float]:
+        """PRIME: the implicit PRM's token rewards into ``batch.process_rewards``, and the
+        PRM's update on the step's outcomes, in verl's order (``PrimeConfig.update``).
+
+        The PRM takes one optimizer step per RL step, on the whole batch, so the forward
+        of its update is the PRM at its pre-step weights. ``before``: update, then score
+        again with the updated PRM (the rewards; the update's forward gives the
+        ``*_before`` accuracies); ``after``: the rewards are the update's forward;
+        ``reverse``: score, then update (the rewards are that score); ``none``: score
+        with a frozen PRM.
+        """
+        from algorithms import implicit_prm as prm
+
+        p = self.cfg.prime
+        if self.prm_ref is not None:
+            batch.prm_ref_log_probs = self._forward_logprobs(self.prm_ref, batch)
+        else:
+            batch.prm_ref_log_probs = batch.ref_log_probs
+        # The pre-step pass: with one PRM step per RL step, the values of the update's
+        # own forward, computed once here.
+        metrics, q = self._score_with_prm(batch, before_update=p.update in ("before", "after"))
+        if p.update == "none":
+            return metrics
+        if p.loss_type == "dpo":
+            batch.prm_opponent_q = prm.dpo_opponent_q(q, batch.acc, batch.loss_mask, batch.index)
+        out, _ = self._optimize(
+            "reward_model",
+            self.prm,
+            self.prm_opt,
+            self.prm_sched,
+            batch,
+            self._prm_loss,
+            minibatches=[batch],
+        )
+        metrics |= {prm.METRIC_LR if k == "reward_model/lr" else k: v for k, v in out.items()}
+        if p.update == "before":
+            metrics |= self._score_with_prm(batch, before_update=False)[0]
+        return metrics
+
+    def _score_with_prm(
+        self, batch: TrainBatch, *, before_update: bool
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        """Set ``batch.process_rewards`` from the PRM as it is now; return its metrics and
+        the log-ratios q."""
+        from algorithms import implicit_prm as prm
+
+        p, mask = self.cfg.prime, batch.loss_mask
+        logp = self._forward_logprobs(self.prm, batch)
+        batch.process_rewards = prm.implicit_process_rewards(
+            logp,
+            batch.prm_ref_log_probs,
+            mask,
+            beta=p.beta_train,
+            granularity=p.granularity,
+            norm=p.norm,
+        )
+        q = prm.implicit_q(logp, batch.prm_ref_log_probs, mask)
+        stats = prm.reward_model_metrics(
+            batch.process_rewards, q, batch.acc, mask, batch.index, before_update=before_update
+        )
+        return {k: float(v) for k, v in stats.items()}, q
+
+    def _prm_loss(self, micro: TrainBatch, norms: dict[str, Any]):
+        from algorithms import implicit_prm as prm
+
+        p = self.cfg.prime
+        logp, _ = self.prm(
+            micro.model_inputs(), micro.prompt_width, self.cfg.rollout.temperature, False
+        )
+        loss, parts = prm.implicit_prm_loss(
+            logp,
+            micro.prm_ref_log_probs,
+            micro.loss_mask,
+            micro.acc,
+            beta=p.beta_train,
+            loss_type=p.loss_type,
+            opponent_q=micro.prm_opponent_q,
+            num_seqs=norms["num_seqs"],
+        )
+        return loss, parts, {}
 
     def _update(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
         metrics: dict[str, float] = {}
@@ -501,8 +620,17 @@ class RLTrainer:
         groups = [self.rank * per + t.prompt_index for t in trajectories]
         for traj in trajectories:
             traj.prompt_index = mine[traj.prompt_index]
+        model_scores = None
+        if self.reward_model is not None:
+            with timer("reward_model"):
+                responses = self.tokenizer.batch_decode(
+                    [t.response_ids for t in trajectories], skip_special_tokens=True
+                )
+                model_scores = self.reward_model.score(trajectories, responses, prompts)
         with timer("reward"):
-            scored = score_rollout(trajectories, prompts, self.tokenizer, self.cfg, groups)
+            scored = score_rollout(
+                trajectories, prompts, self.tokenizer, self.cfg, groups, model_scores
+            )
         # Counters add up over processes and generation rounds, as reward counters do.
         scored.metrics |= {k: v for k, v in engine_metrics.items() if k in ROLLOUT_COUNTERS}
         return ScoredRollout.concat(comm.gather_objects(scored))
@@ -627,19 +755,29 @@ class RLTrainer:
         optimizer.zero_grad(set_to_none=True)
         return grad_norm, ok
 
-    def _optimize(self, prefix: str, module, optimizer, scheduler, batch: TrainBatch, loss_fn):
+    def _optimize(
+        self,
+        prefix: str,
+        module,
+        optimizer,
+        scheduler,
+        batch: TrainBatch,
+        loss_fn,
+        minibatches=None,
+    ):
         """Mini-batch / micro-batch loop shared by the actor and the critic updates.
 
         ``loss_fn(micro, norms) -> (loss, additive, parts)``: ``loss`` is normalised by the
         global mini-batch (so micro-batch terms of all ranks add up to the mini-batch loss),
         ``additive`` holds such summable values (reported as their mini-batch total,
         averaged over mini-batches), ``parts`` token-mean metrics of the micro-batch.
+        ``minibatches``: default, the actor's (``ppo_mini_batch_size``, ``ppo_epochs``).
 
         Returns:
             (metrics, number of optimizer steps applied).
         """
         means, skipped, totals = WeightedMeans(), 0, []
-        minibatches = self._minibatches(batch)
+        minibatches = self._minibatches(batch) if minibatches is None else minibatches
         for mini in minibatches:
             norms = self.algorithm.normalisers(mini)
             local = self._local_share(mini).to(self.backend.device)

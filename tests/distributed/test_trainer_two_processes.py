@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,58 @@ def test_two_process_tool_agent_run_keeps_the_processes_in_lock_step(tool_model_
     last = records[-1]
     assert last["step"] == 1 and last["tool_calls/mean"] > 0 and last["num_turns/max"] >= 2
     assert "val/tool_arithmetic/tool_call_rate" in last
+
+
+RM_GIN = """
+include 'presets/grpo.gin'
+ModelConfig.path = "{model}"
+RewardModelConfig.path = "{reward_model}"
+RewardModelConfig.max_token_len_per_micro_batch = 40
+DataConfig.dataset_fn = @arithmetic_dataset
+arithmetic_dataset.limit = 32
+DataConfig.reward = "reward_model"
+DataConfig.max_prompt_length = 16
+DataConfig.train_batch_size = 4
+DataConfig.val_limit = 5
+RolloutConfig.n = 4
+RolloutConfig.max_response_length = 6
+RolloutConfig.val_n = 1
+RolloutConfig.val_temperature = 0.0
+AlgorithmConfig.use_kl_loss = False
+OptimConfig.ppo_mini_batch_size = 4
+OptimConfig.micro_batch_size = 8
+TrainerConfig.total_steps = 1
+TrainerConfig.test_freq = 0
+TrainerConfig.save_at_end = False
+TrainerConfig.output_dir = "{out}"
+TrainerConfig.progress_bar = False
+TrainerConfig.plot_learning_curve = False
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_two_process_reward_model_scores_equal_one_process_scores(demo_model_dir, tmp_path):
+    """The reward model sharded over 2 processes (5 validation prompts: shares of 3 and 2,
+    so the processes run their own micro-batches and agree on the count) scores the same
+    greedy responses as the unsharded one."""
+    from tests.reward_models import save_tiny_reward_model
+
+    rm = tmp_path / "rm"
+    save_tiny_reward_model(rm, chat_template=True)
+    runs = {}
+    for processes in (1, 2):
+        out = tmp_path / f"run{processes}"
+        text = RM_GIN.format(model=demo_model_dir, reward_model=rm, out=out)
+        if processes == 2:
+            train_two_processes(text, tmp_path)
+        else:
+            cfg = tmp_path / "one.gin"
+            cfg.write_text(text)
+            subprocess.run(
+                [sys.executable, "-m", "rlkit.train", str(cfg)], cwd=REPO, check=True, timeout=300
+            )
+        runs[processes] = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    one, two = (runs[p][0]["val/arithmetic/score/mean"] for p in (1, 2))
+    assert two == pytest.approx(one, abs=1e-5)
+    assert "reward/reward_model/mean" in runs[2][-1]

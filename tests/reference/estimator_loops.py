@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from tests.reference import prime_loops
+
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """verl: sum(values * mask) / (sum(mask) + 1e-8)."""
@@ -218,9 +220,10 @@ def call(name: str, inputs: dict[str, Any], **settings: Any) -> tuple[torch.Tens
     Args:
         name: canonical estimator name.
         inputs: ``token_level_rewards``, ``response_mask`` and, where the
-            estimator needs them, ``index``, ``values``, ``reward_baselines``.
-        **settings: gamma, lam, epsilon, norm_by_std, f_norm as the estimator
-            would receive them.
+            estimator needs them, ``index``, ``values``, ``reward_baselines``,
+            ``process_rewards``.
+        **settings: gamma, lam, epsilon, norm_by_std, f_norm, reward_dpo_coef,
+            reward_gt_coef as the estimator would receive them.
 
     Returns:
         The reference's (advantages, returns).
@@ -241,6 +244,14 @@ def call(name: str, inputs: dict[str, Any], **settings: Any) -> tuple[torch.Tens
         "reinforce_plus_plus_baseline": lambda: reinforce_plus_plus_baseline(r, m, index),
         "remax": lambda: remax(r, m, inputs["reward_baselines"]),
         "gpg": lambda: gpg(r, m, index, settings.get("f_norm", 1.0)),
+        "prime": lambda: prime_loops.prime_advantages(
+            r,
+            m,
+            index,
+            inputs["process_rewards"],
+            settings.get("reward_dpo_coef", 5.0),
+            settings.get("reward_gt_coef", 5.0),
+        ),
     }
     if name not in table:
         raise KeyError(f"no loop reference for estimator {name!r}")
