@@ -12,7 +12,11 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
 - ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
   (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
 - ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping;
-- ``weighted`` (:mod:`rewards.weighted`): several rewards by weights, each logged.
+- ``weighted`` (:mod:`rewards.weighted`): several rewards by weights, each logged;
+- ``reward_model`` (:mod:`rewards.model_score`): the trainer's reward model's score;
+- ``generative_judge`` (:mod:`rewards.generative_judge`): a judge model's parsed grade;
+- ``code_unit_tests`` (:mod:`rewards.code_unit_tests`): a solution run against test
+  cases in a sandboxed process.
 
 Your own reward is any function with the contract: register it with
 ``@REWARDS.register("name")`` or name it as ``"my_pkg.my_module:my_reward"`` or

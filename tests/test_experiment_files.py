@@ -76,3 +76,22 @@ def test_smollm2_calculator_experiment_shows_the_policy_its_tool_and_scores_the_
     tok.chat_template = resolve_chat_template(c.model.chat_template)
     text = render_prompt([{"role": "user", "content": "?"}], tok, tools=schemas(["calculator"]))
     assert '<tools>\n{"type": "function", "function": {"name": "calculator"' in text
+
+
+def test_reward_model_demo_trains_on_the_reward_model_and_only_watches_the_verifier(tmp_path):
+    from rlkit.trainer.config import reward_reads_reward_model
+    from tests.reward_models import save_tiny_reward_model
+
+    save_tiny_reward_model(tmp_path, chat_template=True)
+    parse_config(
+        [str(EXPERIMENTS / "reward_model_demo.gin")],
+        [f"ModelConfig.path = '{tmp_path}'", f"RewardModelConfig.path = '{tmp_path}'"],
+    )
+    c = ExperimentConfig.from_gin()
+    c.validate()
+    assert reward_reads_reward_model(c.data.reward, c.data.reward_options) is True
+    weights = {
+        t["name"] if "name" in t else t["reward"]: t["weight"]
+        for t in c.data.reward_options["terms"]
+    }
+    assert weights == {"reward_model": 1.0, "verifier": 0.0}

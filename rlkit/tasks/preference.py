@@ -29,10 +29,21 @@ from rlkit.tasks.warmup import cached
 
 
 def preference_pairs(
-    pairs: list[tuple[int, int]], rng: random.Random, offsets: tuple[int, ...]
+    pairs: list[tuple[int, int]],
+    rng: random.Random,
+    offsets: tuple[int, ...],
+    random_fraction: float = 0.0,
 ) -> list[tuple[str, str, str]]:
-    """``(prompt, chosen, rejected)`` per (a, b): the sum, and the sum plus an offset."""
-    return [(f"{a}+{b}=", str(a + b), str(abs(a + b + rng.choice(offsets)))) for a, b in pairs]
+    """``(prompt, chosen, rejected)`` per (a, b): the sum, and a wrong answer: the sum plus
+    an offset, or (a ``random_fraction`` of the pairs) any other number from 0 to 198."""
+
+    def wrong(total: int) -> int:
+        # No draw when the fraction is 0, so the pairs do not depend on the option's presence.
+        if random_fraction > 0 and rng.random() < random_fraction:
+            return rng.choice([x for x in range(199) if x != total])
+        return abs(total + rng.choice(offsets))
+
+    return [(f"{a}+{b}=", str(a + b), str(wrong(a + b))) for a, b in pairs]
 
 
 def _encode(tokenizer: Any, prompt: str, answer: str) -> list[int]:
@@ -71,6 +82,7 @@ def arithmetic_reward_model(
     batch_size: int = 64,
     lr: float = 1e-3,
     wrong_offsets: tuple[int, ...] = (1, -1, 2, 10),
+    random_fraction: float = 0.0,
     seed: int = 0,
 ) -> str:
     """Train a Bradley-Terry reward model for the demo task; return its directory.
@@ -80,7 +92,8 @@ def arithmetic_reward_model(
         policy_dir: the model to start from (default: the demo's SFT policy, built
             or reused with its default settings).
         steps: optimizer steps of ``batch_size`` pairs from the training (a, b) pairs.
-        wrong_offsets: the rejected answer is the sum plus one of these.
+        wrong_offsets: a rejected answer is the sum plus one of these ...
+        random_fraction: ... or, for this fraction of the pairs, any other number.
 
     The held-out pairwise accuracy (off-by-one rejected answers on the held-out
     (a, b) pairs) is printed and written to ``bradley_terry.json`` in the directory.
@@ -96,6 +109,7 @@ def arithmetic_reward_model(
         "batch_size": batch_size,
         "lr": lr,
         "wrong_offsets": list(wrong_offsets),
+        "random_fraction": random_fraction,
         "seed": seed,
     }
     out = Path(output_dir)
@@ -111,7 +125,7 @@ def arithmetic_reward_model(
 
     def next_pairs() -> list[tuple[str, str, str]]:
         batch = [rng.choice(train) for _ in range(batch_size)]
-        return preference_pairs(batch, rng, tuple(wrong_offsets))
+        return preference_pairs(batch, rng, tuple(wrong_offsets), random_fraction)
 
     _train(model, tokenizer, next_pairs, steps=steps, lr=lr)
     model.eval()
