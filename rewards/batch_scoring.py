@@ -18,6 +18,7 @@ import logging
 import math
 import numbers
 import pickle
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -142,13 +143,29 @@ def close_pools() -> None:
         _pools.popitem()[1].close()
 
 
+PHASE_DEADLINE_MESSAGE = "the batch's deadline passed before this call ran"
+
+
 def _score_inline(
-    fn: Callable[..., Any], calls: list[tuple[str, str, Mapping]], timeout_s: float | None
+    fn: Callable[..., Any],
+    calls: list[tuple[str, str, Mapping]],
+    timeout_s: float | None,
+    deadline: float | None = None,
+    hard_limit_s: float | None = None,
 ) -> list[CallResult]:
     results = []
     for response, ground_truth, extra in calls:
+        limit = timeout_s
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:  # the batch's time is up: the rest are not even started
+                results.append(CallResult("timeout", message=PHASE_DEADLINE_MESSAGE))
+                continue
+            limit = remaining if limit is None else min(limit, remaining)
         try:
-            value = call_with_time_limit(fn, timeout_s, response, ground_truth, **extra)
+            value = call_with_time_limit(
+                fn, limit, response, ground_truth, _hard_limit_s=hard_limit_s, **extra
+            )
             results.append(CallResult("ok", value))
         except RewardTimeout:
             results.append(CallResult("timeout", message="time limit exceeded"))
@@ -166,6 +183,8 @@ def score_batch(
     timeout_s: float | None = 5.0,
     num_workers: int = 0,
     contexts: Sequence[RewardContext] | None = None,
+    deadline_s: float | None = None,
+    hard_limit_s: float | None = None,
 ) -> BatchScores:
     """Score ``responses`` against ``ground_truths`` with one reward.
 
@@ -197,6 +216,16 @@ def score_batch(
             thread only). ``>= 1`` scores in that many worker processes, kept
             between calls; an overrunning call's worker is killed and replaced,
             which bounds any hang. Use ``>= 1`` for untrusted model output at scale.
+        deadline_s: a limit on the whole batch in seconds (``None``: none). Calls not
+            finished when it passes are timeouts (in flight: their worker is killed;
+            not started: never run), so a reward that hangs on every response costs
+            the batch at most ``deadline_s``, not ``timeout_s`` once per response. With
+            workers it counts from when the first worker is ready.
+        hard_limit_s: ``num_workers == 0`` only: a watchdog that ends this process
+            (status 1, the stuck reward's traceback on stderr) when one call runs this
+            many seconds past its limit: a C call that ``SIGALRM`` cannot interrupt
+            would otherwise hang the process forever. ``None``: no watchdog. The
+            trainer sets it; worker processes (``num_workers >= 1``) need none.
 
     Returns:
         :class:`BatchScores` with exactly B scores and B infos, in input order.
@@ -210,6 +239,9 @@ def score_batch(
     """
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be > 0 seconds or None (no limit), got {timeout_s!r}")
+    if deadline_s is not None and not deadline_s > 0:
+        raise ValueError(f"deadline_s must be > 0 seconds or None, got {deadline_s!r}")
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     fn, is_batch = resolve_reward(reward)
@@ -225,9 +257,9 @@ def score_batch(
         rows = [{**extra, **context_kwargs(reads, c)} for extra, c in zip(rows, contexts)]
     calls = list(zip(responses, ground_truths, rows))
     if num_workers == 0 or not calls:
-        results = _score_inline(fn, calls, timeout_s)
+        results = _score_inline(fn, calls, timeout_s, deadline, hard_limit_s)
     else:
-        results = _shared_pool(reward, num_workers).map(calls, timeout_s)
+        results = _shared_pool(reward, num_workers).map(calls, timeout_s, deadline_s=deadline_s)
     return _gather(results)
 
 

@@ -11,6 +11,7 @@ alarm is put back afterwards.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import threading
 import time
@@ -40,14 +41,24 @@ def can_limit_here() -> bool:
 
 
 def call_with_time_limit(
-    fn: Callable[..., T], timeout_s: float | None, *args: Any, **kwargs: Any
+    fn: Callable[..., T],
+    timeout_s: float | None,
+    /,
+    *args: Any,
+    _hard_limit_s: float | None = None,
+    **kwargs: Any,
 ) -> T:
     """Return ``fn(*args, **kwargs)``, interrupted after ``timeout_s`` seconds.
 
     Args:
-        fn: the function to call.
+        fn: the function to call (positional-only, as is ``timeout_s``, so ``fn`` may
+            take keywords of those names).
         timeout_s: the limit in seconds; ``None`` for none.
         *args: positional arguments of ``fn``.
+        _hard_limit_s: if set (with a limit), a watchdog ends the process (status 1,
+            every thread's traceback on stderr) when the call is still running this many
+            seconds after ``timeout_s``: the signal did not interrupt it (a long C
+            call), and nothing else in the process can.
         **kwargs: keyword arguments of ``fn``.
 
     Returns:
@@ -72,12 +83,15 @@ def call_with_time_limit(
     previous = signal.signal(signal.SIGALRM, _raise_timeout)
     start = time.monotonic()
     outer_delay = 0.0
+    watchdog = _watchdog(timeout_s, _hard_limit_s)
     try:
         outer_delay, _ = signal.setitimer(signal.ITIMER_REAL, timeout_s)
         try:
             return fn(*args, **kwargs)
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if watchdog:
+                faulthandler.cancel_dump_traceback_later()
     finally:
         # Outer block: an alarm landing just before the disarm still restores the handler.
         signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
@@ -85,3 +99,18 @@ def call_with_time_limit(
             signal.setitimer(
                 signal.ITIMER_REAL, max(outer_delay - (time.monotonic() - start), 1e-3)
             )
+
+
+def _watchdog(timeout_s: float, hard_limit_s: float | None) -> bool:
+    """Arm a watchdog that ends the process if the call outlives its limit by
+    ``hard_limit_s``; return whether one was armed.
+
+    It is ``faulthandler``'s, a C thread: a Python thread cannot run while a C call
+    holds the GIL, which is exactly the case it is for. It prints every thread's
+    traceback (the stuck reward's line among them) under ``Timeout (h:mm:ss)!`` and
+    exits with status 1.
+    """
+    if hard_limit_s is None:
+        return False
+    faulthandler.dump_traceback_later(timeout_s + hard_limit_s, exit=True)
+    return True

@@ -29,6 +29,7 @@ from typing import Any
 from rlkit.registry import REWARDS
 
 RewardSpec = str | Callable[..., Any]
+DEADLINE_MESSAGE = "the batch's deadline passed before this call finished"
 Call = tuple[str, str, Mapping[str, Any]]
 
 
@@ -116,13 +117,19 @@ class RewardWorkerPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def map(self, calls: Sequence[Call], timeout_s: float | None) -> list[CallResult]:
+    def map(
+        self, calls: Sequence[Call], timeout_s: float | None, *, deadline_s: float | None = None
+    ) -> list[CallResult]:
         """Run every call; return one :class:`CallResult` per call, in order.
 
         Args:
             calls: ``(response, ground_truth, extra)`` triples.
             timeout_s: limit per call in seconds, counted from when a worker
                 receives it; ``None`` for none.
+            deadline_s: seconds, from when the first worker is ready (starting
+                processes is not the reward's time), by which every call must be done:
+                calls still running then are timeouts (their workers replaced), calls
+                not yet sent are timeouts without running.
 
         Returns:
             The results, ``len(calls)`` of them, in the order of ``calls``.
@@ -135,8 +142,14 @@ class RewardWorkerPool:
         try:
             while len(self._workers) < self.num_workers:
                 self._workers.append(self._start_worker())
+            deadline = None
             while queue or any(w.task is not None for w in self._workers):
-                self._dispatch(queue, calls, timeout_s, results)
+                if deadline is None and deadline_s is not None and self._any_ready():
+                    deadline = time.monotonic() + deadline_s
+                if deadline is not None and time.monotonic() >= deadline:
+                    while queue:  # the batch's time is up: the rest are never sent
+                        results[queue.popleft()] = CallResult("timeout", message=DEADLINE_MESSAGE)
+                self._dispatch(queue, calls, timeout_s, results, deadline)
                 self._collect(results)
                 self._expire(results)
         except BaseException:
@@ -157,6 +170,9 @@ class RewardWorkerPool:
         self._workers.clear()
 
     # -- internals --------------------------------------------------------
+    def _any_ready(self) -> bool:
+        return any(w.ready for w in self._workers)
+
     def _start_worker(self) -> _Worker:
         ctx = multiprocessing.get_context("spawn")
         parent_conn, child_conn = ctx.Pipe()
@@ -181,6 +197,7 @@ class RewardWorkerPool:
         calls: Sequence[Call],
         timeout_s: float | None,
         results: list[CallResult | None],
+        deadline: float | None = None,
     ) -> None:
         for worker in list(self._workers):
             if not (worker.ready and worker.task is None and queue):
@@ -198,7 +215,8 @@ class RewardWorkerPool:
                 results[index] = CallResult("error", message=message)
                 continue
             worker.task = index
-            worker.deadline = time.monotonic() + timeout_s if timeout_s else float("inf")
+            own = time.monotonic() + timeout_s if timeout_s else float("inf")
+            worker.deadline = min(own, float("inf") if deadline is None else deadline)
 
     def _collect(self, results: list[CallResult | None]) -> None:
         now = time.monotonic()

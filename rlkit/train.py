@@ -4,18 +4,36 @@ Also ``python -m rlkit.train``. Every knob is a gin binding (see
 ``rlkit/trainer/config.py``); misspelt or unknown bindings fail before any
 work, naming the binding. The operative configuration is saved as
 ``<output_dir>/config.gin``.
+
+Exit status: 0 done; 2 a user error (bad configuration, a missing model or data path,
+bad data), reported as one message (``--debug`` shows the traceback); 130 interrupted
+(Ctrl-C): the same command resumes from the latest checkpoint in
+``TrainerConfig.output_dir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import gin
 
+if TYPE_CHECKING:
+    from rlkit.trainer.config import ExperimentConfig
+
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "algorithms" / "presets"
+
+USER_ERROR_EXIT = 2
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, the shell's convention
+
+
+class UserError(Exception):
+    """A mistake in what the user gave (configuration, paths, data): reported as one
+    message and exit status 2, without a traceback unless ``--debug``."""
 
 
 def register_configurables() -> None:
@@ -35,11 +53,11 @@ class _QuietSearchMisses(logging.Filter):
 
 
 def parse_config(config_files: list[str], bindings: list[str]) -> None:
-    """Parse gin files and bindings; raise ``SystemExit`` with a clear message on a bad one."""
+    """Parse gin files and bindings; raise :class:`UserError` naming a bad one."""
     register_configurables()
     for path in config_files:
         if not Path(path).is_file():
-            raise SystemExit(f"rlkit train: config file {path!r} not found")
+            raise UserError(f"config file {path!r} not found")
         gin.add_config_file_search_path(str(Path(path).resolve().parent))
     logging.getLogger().addFilter(_QuietSearchMisses())
     gin.add_config_file_search_path(str(PRESETS_DIR.parent))
@@ -47,7 +65,7 @@ def parse_config(config_files: list[str], bindings: list[str]) -> None:
     try:
         gin.parse_config_files_and_bindings(config_files, bindings)
     except (ValueError, KeyError, SyntaxError, ImportError) as exc:
-        raise SystemExit(f"rlkit train: bad gin configuration: {exc}") from exc
+        raise UserError(f"bad gin configuration: {exc}") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,28 +83,88 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BINDING",
         help="an extra binding, e.g. 'RolloutConfig.n = 4' (repeatable)",
     )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of a user error too"
+    )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    gin.clear_config()
-    parse_config(args.configs, args.gin_param)
+def build_config() -> ExperimentConfig:
+    """The validated configuration of the parsed gin bindings, or :class:`UserError`."""
     from rlkit.registry import UnknownNameError
     from rlkit.trainer.config import ExperimentConfig
-    from rlkit.trainer.trainer import RLTrainer
 
     try:
         config = ExperimentConfig.from_gin()
         config.validate()
-    except (ValueError, TypeError, UnknownNameError) as exc:
-        raise SystemExit(f"rlkit train: {exc}") from exc
+    except (ValueError, TypeError, UnknownNameError, FileNotFoundError) as exc:
+        raise UserError(str(exc)) from exc
+    return config
+
+
+def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
+    """Train; a missing path, bad data, a judge that cannot grade or a reward that fails on
+    every response is a :class:`UserError`.
+
+    ``progress["trainer"]`` is the trainer once built, so an interrupt can name its step."""
     from rewards.generative_judge import JudgeError
+    from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.trainer.scoring import RewardFailure
+    from rlkit.trainer.trainer import RLTrainer
 
     try:
-        RLTrainer(config).run()
-    except JudgeError as exc:  # a judge that cannot grade: one message, not a traceback
-        raise SystemExit(f"rlkit train: {exc}") from exc
+        progress["trainer"] = trainer = RLTrainer(config)
+        trainer.run()
+    except (FileNotFoundError, PromptDataError, JudgeError, RewardFailure) as exc:
+        raise UserError(str(exc)) from exc
+
+
+def interrupted_message(argv: list[str], config: ExperimentConfig | None, trainer: Any) -> str:
+    """One line: the step reached (when known) and how the same command carries on."""
+    step = getattr(trainer, "step_count", None)
+    where = f" at step {step}" if step is not None else ""
+    again = shlex.join(["rlkit", "train", *argv])
+    if config is None:
+        return f"rlkit train: interrupted{where}; run `{again}` to start again"
+    from rlkit.trainer.checkpoint import CheckpointManager
+
+    t = config.trainer
+    latest = CheckpointManager(Path(t.output_dir) / "checkpoints", backend=None).latest()
+    if latest is None:
+        return (
+            f"rlkit train: interrupted{where}; no checkpoint in {t.output_dir} yet "
+            f"(TrainerConfig.save_freq = {t.save_freq}): `{again}` starts over"
+        )
+    if t.resume_mode != "auto":  # "disable", or a fixed path: not the latest
+        return (
+            f"rlkit train: interrupted{where}; `{again}` with TrainerConfig.resume_mode = "
+            f"'auto' resumes from the latest checkpoint in {t.output_dir} ({latest.name})"
+        )
+    return (
+        f"rlkit train: interrupted{where}; `{again}` resumes from the latest checkpoint "
+        f"in {t.output_dir} ({latest.name})"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    config, progress = None, {}
+    try:
+        gin.clear_config()
+        parse_config(args.configs, args.gin_param)
+        config = build_config()
+        run_training(config, progress)
+    except UserError as exc:
+        if args.debug:
+            raise
+        print(f"rlkit train: {exc}", file=sys.stderr)
+        return USER_ERROR_EXIT
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(interrupted_message(argv, config, progress.get("trainer")), file=sys.stderr)
+        return INTERRUPTED_EXIT
     return 0
 
 

@@ -16,3 +16,11 @@ def nan_loss(old_log_prob, log_prob, advantages, response_mask, **kwargs):
 def raising_reward(response, ground_truth, **extra):
     """A reward function that always fails."""
     raise RuntimeError("reward server unavailable")
+
+
+def sleepy_reward(response, ground_truth, **extra):
+    """A reward that hangs (in Python: time limits interrupt it)."""
+    import time
+
+    time.sleep(30)
+    return 1.0

@@ -55,3 +55,123 @@ def test_unknown_estimator_name_lists_the_known_ones_before_any_work(tmp_path):
     assert proc.returncode != 0
     assert "Did you mean 'grpo'?" in proc.stderr and "rloo" in proc.stderr
     assert not (tmp_path / "m").exists()  # the demo model was not built
+
+
+def test_a_bad_configuration_exits_2_with_one_message_naming_every_field(tmp_path):
+    proc = _train(
+        "experiments/demo.gin",
+        "--gin_param",
+        "RolloutConfig.max_response_length = 0",
+        "--gin_param",
+        "OptimConfig.lr = 'fast'",
+        "--gin_param",
+        f"arithmetic_sft_model.output_dir = '{tmp_path}/m'",
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "rlkit train: invalid experiment configuration:",
+        "  - RolloutConfig.max_response_length must be >= 1, got 0",
+        "  - OptimConfig.lr must be a finite number >= 0, got 'fast'",
+    ]
+    assert not (tmp_path / "m").exists()  # failed before the demo model was built
+
+
+def test_debug_shows_the_traceback_of_a_user_error(tmp_path):
+    proc = _train(
+        "experiments/demo.gin",
+        "--debug",
+        "--gin_param",
+        "OptimConfig.micro_batch_size = 0",
+        "--gin_param",
+        f"arithmetic_sft_model.output_dir = '{tmp_path}/m'",
+    )
+    assert proc.returncode not in (0, 2)
+    assert "Traceback" in proc.stderr
+    assert "OptimConfig.micro_batch_size must be >= 1, got 0" in proc.stderr
+
+
+def test_a_bad_gin_file_and_a_missing_model_directory_exit_2(tmp_path):
+    proc = _train(str(tmp_path / "missing.gin"))
+    assert (proc.returncode, proc.stderr.strip()) == (
+        2,
+        f"rlkit train: config file {str(tmp_path / 'missing.gin')!r} not found",
+    )
+    cfg = tmp_path / "experiment.gin"
+    cfg.write_text(TINY_GIN.format(model=tmp_path / "nowhere", out=tmp_path / "run", steps=1))
+    proc = _train(str(cfg))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "is not a directory; set ModelConfig.path" in proc.stderr.splitlines()[-1]
+
+
+TINY_GIN = """
+include 'presets/grpo.gin'
+ModelConfig.path = "{model}"
+DataConfig.dataset_fn = @arithmetic_dataset
+arithmetic_dataset.limit = 32
+DataConfig.reward = "exact_match"
+DataConfig.max_prompt_length = 16
+DataConfig.train_batch_size = 4
+DataConfig.val_limit = 4
+RolloutConfig.n = 2
+RolloutConfig.max_response_length = 6
+RolloutConfig.val_n = 1
+OptimConfig.ppo_mini_batch_size = 2
+TrainerConfig.total_steps = {steps}
+TrainerConfig.output_dir = "{out}"
+TrainerConfig.progress_bar = False
+TrainerConfig.tensorboard = False
+TrainerConfig.plot_learning_curve = False
+"""
+
+
+def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model_dir, tmp_path):
+    import os
+    import signal
+    import time
+
+    cfg = tmp_path / "experiment.gin"
+    out = tmp_path / "run"
+    cfg.write_text(TINY_GIN.format(model=demo_model_dir, out=out, steps=100000))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlkit.train", str(cfg)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        for line in proc.stdout:  # the run has started once setup prints its summary
+            if line.startswith("rlkit: platform=") or time.monotonic() > deadline:
+                break
+        time.sleep(1.0)  # into the steps
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("rlkit train: interrupted at step "), last
+    assert f"no checkpoint in {out} yet" in last and f"rlkit train {cfg}" in last
+
+
+def test_a_missing_or_bad_data_file_exits_2_with_one_message(demo_model_dir, tmp_path):
+    cfg = tmp_path / "experiment.gin"
+    cfg.write_text(TINY_GIN.format(model=demo_model_dir, out=tmp_path / "run", steps=1))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    for path, message in ((tmp_path / "none.jsonl", "no such file"), (bad, "bad.jsonl:1")):
+        proc = _train(
+            str(cfg),
+            "--gin_param",
+            "DataConfig.dataset_fn = None",
+            "--gin_param",
+            f"DataConfig.train_files = '{path}'",
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr
+        assert message in proc.stderr.splitlines()[-1]

@@ -201,6 +201,42 @@ def test_crash_while_saving_keeps_last_good_checkpoint(demo_model_dir, tmp_path,
     assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
 
 
+def test_full_disk_while_saving_says_so_and_keeps_the_previous_checkpoint(
+    demo_model_dir, tmp_path, monkeypatch
+):
+    import errno
+
+    out = tmp_path / "full"
+    cfg = small_experiment(
+        demo_model_dir, out, trainer={"total_steps": 2, "save_freq": 1, "val_before_train": False}
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    real = trainer.backend.save_sharded
+    calls = {"n": 0}
+
+    def disk_full_on_second_save(path, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            real(path, *args, **kwargs)  # a partial checkpoint on disk, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.backend, "save_sharded", disk_full_on_second_save)
+    with pytest.raises(OSError, match="no space left on device") as err:
+        trainer.train()
+    trainer.cleanup()
+    assert err.value.errno == errno.ENOSPC
+    assert ".tmp-global_step_2" in str(err.value) and "global_step_1 is" in str(err.value)
+    ckpts = out / "checkpoints"
+    assert trainer.checkpoints.latest().name == "global_step_1"
+    assert not list(ckpts.glob(".tmp-*")) and not (ckpts / "global_step_2").exists()
+    resumed = RLTrainer(small_experiment(demo_model_dir, out, trainer={"total_steps": 2}))
+    resumed.run()  # the previous checkpoint loads and the run finishes
+    assert resumed.resumed_from.endswith("global_step_1")
+    assert (ckpts / "global_step_2" / "COMPLETE").exists()
+
+
 def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
     cfg = small_experiment(
         demo_model_dir,
@@ -218,16 +254,19 @@ def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
         assert torch.equal(v, before[k]), f"{k} changed although the loss was NaN"
 
 
-def test_reward_that_raises_scores_zero_and_is_counted(demo_model_dir, tmp_path):
+def test_reward_that_raises_everywhere_stops_the_run_with_its_error(demo_model_dir, tmp_path):
+    """Every call failing (DataConfig.max_reward_failure_rate = 1.0, the default) stops
+    the run before an update on a constant 0, naming the count and the first error."""
+    from rlkit.trainer.scoring import RewardFailure
+
     cfg = small_experiment(
         demo_model_dir,
         tmp_path / "bad_reward",
-        trainer={"total_steps": 1, "save_at_end": False},
+        trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False},
         data={"reward": "tests.faulty_components:raising_reward"},
     )
-    metrics = RLTrainer(cfg).run()[-1]
-    assert metrics["reward/num_errors"] == 16  # 4 prompts x 4 responses
-    assert metrics["critic/score/mean"] == 0.0
+    with pytest.raises(RewardFailure, match=r"16 of 16 reward calls failed.*reward server"):
+        RLTrainer(cfg).run()  # 4 prompts x 4 responses
 
 
 def test_long_prompts_are_filtered_or_truncated_and_counted(demo_model_dir, tmp_path):

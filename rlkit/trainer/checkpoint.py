@@ -5,12 +5,14 @@ weights and optimizer state, every process's RNG states and the trainer's state
 (step, data-sampler position, schedulers, KL controller). It is written into a
 temporary directory that is renamed into place only when complete, and the
 pointer file ``latest`` is replaced atomically afterwards, so a kill at any
-moment leaves the previous checkpoint intact and loadable. Assumes the output
+moment leaves the previous checkpoint intact and loadable; a failed write (e.g. a full
+disk) also deletes the partial directory and says so. Assumes the output
 directory is on a filesystem all processes share (as multi-node training does).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -63,23 +65,45 @@ class CheckpointManager:
         trainer_state: dict[str, Any],
         rng_state: dict[str, Any],
     ) -> Path:
-        """Write checkpoint ``step``; returns its final path."""
+        """Write checkpoint ``step``; returns its final path.
+
+        Raises:
+            OSError: the write failed (``ENOSPC``: "no space left on device", naming the
+                directory); the partial checkpoint is deleted and ``latest`` still names
+                the previous one.
+        """
         final = self.root / f"global_step_{step}"
         tmp = self.root / f".tmp-global_step_{step}"
         main = self.backend.is_main_process
-        if main:
+        try:
+            if main:
+                shutil.rmtree(tmp, ignore_errors=True)
+                for name in modules:
+                    (tmp / name).mkdir(parents=True)
+            self.backend.barrier()
+            for name, (module, optimizer) in modules.items():
+                self.backend.save_sharded(str(tmp / name), module, optimizer)
+            torch.save(rng_state, tmp / f"rng_rank{self.backend.process_index}.pt")
+            self.backend.barrier()
+            if main:
+                torch.save(trainer_state, tmp / "trainer_state.pt")
+                (tmp / COMPLETE).write_text(str(step))
+                _fsync_tree(tmp)
+        except (OSError, RuntimeError) as exc:  # torch.save reports some I/O as RuntimeError
+            # A partial checkpoint only takes space (it is never loaded: no COMPLETE marker
+            # in a final directory); delete it so the disk holds what it did before.
             shutil.rmtree(tmp, ignore_errors=True)
-            for name in modules:
-                (tmp / name).mkdir(parents=True)
-        self.backend.barrier()
-        for name, (module, optimizer) in modules.items():
-            self.backend.save_sharded(str(tmp / name), module, optimizer)
-        torch.save(rng_state, tmp / f"rng_rank{self.backend.process_index}.pt")
-        self.backend.barrier()
+            if _is_no_space(exc):
+                raise OSError(
+                    errno.ENOSPC,
+                    f"no space left on device while writing checkpoint {final.name} into "
+                    f"{tmp}; the partial checkpoint was deleted and {self.latest_name()} is "
+                    "still the latest. Free space (or lower "
+                    "TrainerConfig.max_checkpoints_to_keep) and resume",
+                    str(tmp),
+                ) from exc
+            raise
         if main:
-            torch.save(trainer_state, tmp / "trainer_state.pt")
-            (tmp / COMPLETE).write_text(str(step))
-            _fsync_tree(tmp)
             if final.exists():  # re-saving the same step: move the old one aside first
                 old = self.root / f".old-global_step_{step}"
                 shutil.rmtree(old, ignore_errors=True)
@@ -92,6 +116,11 @@ class CheckpointManager:
             self._prune()
         self.backend.barrier()
         return final
+
+    def latest_name(self) -> str:
+        """The latest complete checkpoint's directory name, for messages."""
+        latest = self.latest()
+        return "no checkpoint" if latest is None else latest.name
 
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""
@@ -138,6 +167,15 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob(".tmp-global_step_*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def _is_no_space(exc: BaseException) -> bool:
+    """A full disk (or quota), reported directly or as the cause of another error."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _step_of(path: Path) -> int:

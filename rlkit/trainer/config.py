@@ -11,8 +11,10 @@ in :class:`AlgorithmConfig`; adding an algorithm never needs a trainer change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Protocol
 
 import gin
 
@@ -83,7 +85,17 @@ class DataConfig:
     ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md."""
     reward_options: dict[str, Any] = field(default_factory=dict)
     reward_timeout_s: float = 10.0
+    """Time limit of one reward call (a batched reward: this times its rows)."""
     reward_workers: int = 0
+    """0 = score in the trainer's process (``SIGALRM`` limits, and a watchdog that ends
+    the run when a C call hangs past ``reward_timeout_s + 5``); >= 1 = worker processes,
+    whose hung calls are killed."""
+    reward_deadline_s: float | None = None
+    """One limit for a whole scoring call (each process's rows of a generation batch):
+    calls unfinished then score 0 as timeouts. ``None``: no such limit."""
+    max_reward_failure_rate: float = 1.0
+    """Stop the run when at least this fraction of a batch's reward calls failed (raised or
+    timed out); 1.0 = when every call failed."""
 
 
 @gin.configurable
@@ -256,6 +268,10 @@ class TrainerConfig:
     output_dir: str = "runs/default"
     resume_mode: str = "auto"
     """auto (latest checkpoint in output_dir if any) | disable | a checkpoint path."""
+    overwrite: bool = False
+    """With ``resume_mode="disable"``: delete a previous run's outputs in ``output_dir``
+    (checkpoints, metrics, TensorBoard events, configs, plot, exported model) and start
+    over. Without it, such a directory is refused rather than mixed with the new run."""
     seed: int = 0
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
@@ -288,6 +304,19 @@ class ExperimentConfig:
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
     prime: PrimeConfig = field(default_factory=PrimeConfig)
 
+    def sections(self) -> list[Any]:
+        """Every section, in the order problems are reported."""
+        return [
+            self.model,
+            self.data,
+            self.rollout,
+            self.algorithm,
+            self.optim,
+            self.trainer,
+            self.reward_model,
+            self.prime,
+        ]
+
     @classmethod
     def from_gin(cls) -> ExperimentConfig:
         """Build every section from the parsed gin bindings.
@@ -297,45 +326,22 @@ class ExperimentConfig:
         """
         algorithm, data, rollout = AlgorithmConfig(), DataConfig(), RolloutConfig()
         check_registered_names(algorithm, data, rollout)
-        return cls(
-            ModelConfig(),
-            data,
-            rollout,
-            algorithm,
-            OptimConfig(),
-            TrainerConfig(),
-            RewardModelConfig(),
-            PrimeConfig(),
-        )
+        rest = OptimConfig(), TrainerConfig(), RewardModelConfig(), PrimeConfig()
+        problems = field_problems(ModelConfig, bound_values(ModelConfig))
+        problems += [p for s in (data, rollout, algorithm, *rest) for p in field_problems(s)]
+        problems += batch_problems(data, rest[0])
+        if problems:  # the remaining checks need ModelConfig.path, so they wait for validate()
+            raise ValueError(format_problems(problems))
+        return cls(ModelConfig(), data, rollout, algorithm, *rest)
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming every inconsistent setting, before any work."""
-        problems = []
-        d, r, o, a = self.data, self.rollout, self.optim, self.algorithm
-        if d.train_batch_size % o.ppo_mini_batch_size:
-            problems.append(
-                f"DataConfig.train_batch_size ({d.train_batch_size}) must be a multiple of "
-                f"OptimConfig.ppo_mini_batch_size ({o.ppo_mini_batch_size})"
-            )
-        if d.truncation not in ("error", "left", "filter"):
-            problems.append(
-                f"DataConfig.truncation must be error|left|filter, got {d.truncation!r}"
-            )
-        if r.n < 1 or r.val_n < 1:
-            problems.append("RolloutConfig.n and val_n must be >= 1")
-        if a.filter_metric not in ("acc", "score"):
-            problems.append(
-                f"AlgorithmConfig.filter_metric must be acc|score, got {a.filter_metric!r}"
-            )
-        if o.lr_schedule not in ("constant", "cosine"):
-            problems.append(
-                f"OptimConfig.lr_schedule must be constant|cosine, got {o.lr_schedule!r}"
-            )
-        if self.trainer.mixed_precision not in ("no", "bf16", "fp16"):
-            problems.append(
-                "TrainerConfig.mixed_precision must be no|bf16|fp16, "
-                f"got {self.trainer.mixed_precision!r}"
-            )
+        """Raise ``ValueError`` naming every inconsistent setting, before any work.
+
+        Every field's own rule (:data:`FIELD_RULES`) is checked first; the checks that
+        combine fields run only on fields that passed theirs."""
+        problems = [p for section in self.sections() for p in field_problems(section)]
+        problems += batch_problems(self.data, self.optim)
+        r = self.rollout
         if r.agent_loop != "single_turn" or r.agent:
             from rlkit.rollout.agent_loop import agent_config
 
@@ -352,12 +358,12 @@ class ExperimentConfig:
                 resolve_chat_template(self.model.chat_template)
             except ValueError as exc:
                 problems.append(str(exc))
-        if not (d.train_files or d.dataset_fn):
+        if not (self.data.train_files or self.data.dataset_fn):
             problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
         problems += self._reward_model_problems()
         problems += self._prime_problems()
         if problems:
-            raise ValueError("invalid experiment configuration:\n  - " + "\n  - ".join(problems))
+            raise ValueError(format_problems(problems))
 
     def _reward_model_problems(self) -> list[str]:
         """A reward model that nothing reads, a reward that reads a missing one, a directory
@@ -380,12 +386,6 @@ class ExperimentConfig:
                 "its score: use DataConfig.reward = 'reward_model', or a 'weighted' term "
                 "{'reward': 'reward_model', 'weight': w}"
             )
-        if rm.dtype not in ("float32", "bfloat16", "float16"):
-            problems.append(
-                f"RewardModelConfig.dtype must be float32|bfloat16|float16, got {rm.dtype!r}"
-            )
-        if rm.max_token_len_per_micro_batch < 1:
-            problems.append("RewardModelConfig.max_token_len_per_micro_batch must be >= 1")
         from rlkit.models.loading import check_reward_model_dir
 
         try:
@@ -402,20 +402,7 @@ class ExperimentConfig:
         return problems
 
     def _prime_problems(self) -> list[str]:
-        p = self.prime
-        choices = {
-            "loss_type": ("ce", "dpo"),
-            "granularity": ("token", "whole"),
-            "norm": ("batch_norm", "none"),
-            "update": ("before", "after", "reverse", "none"),
-        }
-        problems = [
-            f"PrimeConfig.{name} must be {'|'.join(allowed)}, got {getattr(p, name)!r}"
-            for name, allowed in choices.items()
-            if getattr(p, name) not in allowed
-        ]
-        if not p.beta_train > 0:
-            problems.append(f"PrimeConfig.beta_train must be > 0, got {p.beta_train}")
+        p, problems = self.prime, []
         if p.model_path:
             from rlkit.models.loading import check_model_dir
 
@@ -464,6 +451,7 @@ def check_registered_names(
         KL_PENALTIES,
         POLICY_LOSSES,
         REWARDS,
+        ROLLOUT_CORRECTIONS,
         ROLLOUT_ENGINES,
         TOOLS,
         VALUE_LOSSES,
@@ -481,8 +469,266 @@ def check_registered_names(
     check_options = reward.extra.get("check_options")
     if check_options is not None:
         check_options(dict(data.reward_options))
+    if algorithm.rollout_is_level is not None:
+        ROLLOUT_CORRECTIONS.entry(algorithm.rollout_is_mode)
     ROLLOUT_ENGINES.entry(rollout.engine)
     AGENT_LOOPS.entry(rollout.agent_loop)
     tools = rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ()
     for tool in (tools,) if isinstance(tools, str) else tools:
         TOOLS.entry(tool)
+
+
+# ------------------------------------------------------------------ field rules
+# One rule per field with a range or a fixed set of values. A rule's ``problem(value)``
+# returns what the value must be (completing "Section.field must be ...") or None when
+# the value is allowed. Fields annotated ``bool`` or ``dict[...]`` get a type rule without
+# being listed. Free-form fields (paths, names a registry checks, prompt text) have none;
+# tests/test_config_validation.py keeps the list of those, so a new field without a rule
+# is noticed.
+
+
+class Rule(Protocol):
+    def problem(self, value: Any) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number (an ``int`` when ``integer``) within the given bounds."""
+
+    integer: bool = False
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    optional: bool = False
+    """``None`` is allowed too."""
+
+    def bounds(self) -> str:
+        pairs = ((">=", self.ge), (">", self.gt), ("<=", self.le), ("<", self.lt))
+        return " and ".join(f"{op} {bound:g}" for op, bound in pairs if bound is not None)
+
+    def in_bounds(self, value: float) -> bool:
+        return (
+            (self.ge is None or value >= self.ge)
+            and (self.gt is None or value > self.gt)
+            and (self.le is None or value <= self.le)
+            and (self.lt is None or value < self.lt)
+        )
+
+    def problem(self, value: Any) -> str | None:
+        if value is None and self.optional:
+            return None
+        kinds = (int,) if self.integer else (int, float)
+        right_type = isinstance(value, kinds) and not isinstance(value, bool)
+        if right_type and math.isfinite(value) and self.in_bounds(value):
+            return None
+        if right_type and math.isfinite(value):
+            return self.bounds() + (" or None" if self.optional else "")
+        kind = "an integer" if self.integer else "a finite number"
+        return " ".join(filter(None, (kind, self.bounds(), "or None" if self.optional else "")))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed set of values."""
+
+    values: tuple[Any, ...]
+
+    def problem(self, value: Any) -> str | None:
+        allowed = any(value == v and type(value) is type(v) for v in self.values)
+        return None if allowed else "|".join(map(str, self.values))
+
+
+@dataclass(frozen=True)
+class OfType:
+    """Any value of one Python type (``bool`` for flags, ``dict`` for option mappings)."""
+
+    kind: type
+    description: str
+
+    def problem(self, value: Any) -> str | None:
+        return None if isinstance(value, self.kind) else self.description
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two numbers, each obeying ``item``."""
+
+    item: Number
+
+    def problem(self, value: Any) -> str | None:
+        ok = isinstance(value, list | tuple) and len(value) == 2
+        if ok and not any(self.item.problem(v) for v in value):
+            return None
+        return f"2 numbers {self.item.bounds()}"
+
+
+@dataclass(frozen=True)
+class ResumeMode:
+    """``auto`` | ``disable`` | the path of an existing checkpoint directory."""
+
+    def problem(self, value: Any) -> str | None:
+        if value in ("auto", "disable") or (isinstance(value, str) and Path(value).exists()):
+            return None
+        return "auto|disable|an existing checkpoint path"
+
+
+FLAG = OfType(bool, "True or False")
+MAPPING = OfType(dict, "a dict")
+COUNT = Number(integer=True, ge=1)
+NON_NEGATIVE_INT = Number(integer=True, ge=0)
+NON_NEGATIVE = Number(ge=0)
+POSITIVE = Number(gt=0)
+FRACTION = Number(ge=0, le=1)
+DTYPE = Choice(("float32", "bfloat16", "float16"))
+
+FIELD_RULES: dict[type, dict[str, Rule]] = {
+    ModelConfig: {"dtype": DTYPE, "lora_rank": NON_NEGATIVE_INT, "lora_alpha": COUNT},
+    DataConfig: {
+        "train_batch_size": COUNT,
+        "val_limit": Number(integer=True, ge=0, optional=True),  # 0 = all, as None
+        "max_prompt_length": COUNT,
+        "truncation": Choice(("error", "left", "filter")),
+        "reward_timeout_s": POSITIVE,
+        "reward_workers": NON_NEGATIVE_INT,
+        "reward_deadline_s": Number(gt=0, optional=True),
+        "max_reward_failure_rate": Number(gt=0, le=1),
+    },
+    RewardModelConfig: {
+        "dtype": DTYPE,
+        "max_length": Number(integer=True, ge=1, optional=True),
+        "max_token_len_per_micro_batch": COUNT,
+    },
+    PrimeConfig: {
+        "beta_train": POSITIVE,
+        "lr": NON_NEGATIVE,
+        "loss_type": Choice(("ce", "dpo")),
+        "granularity": Choice(("token", "whole")),
+        "norm": Choice(("batch_norm", "none")),
+        "update": Choice(("before", "after", "reverse", "none")),
+    },
+    RolloutConfig: {
+        "n": COUNT,
+        "max_response_length": COUNT,
+        # Training samples n > 1 different responses and divides the actor's logits by
+        # the temperature: 0 (greedy in the engines) would give n copies and inf logits.
+        "temperature": POSITIVE,
+        "top_p": Number(gt=0, le=1),
+        "top_k": Number(integer=True, ge=-1),  # -1 (or 0) = no top-k filter
+        "val_n": COUNT,
+        "val_temperature": NON_NEGATIVE,  # 0 = greedy
+    },
+    AlgorithmConfig: {
+        "gamma": FRACTION,
+        "lam": FRACTION,
+        "clip_ratio": POSITIVE,
+        "clip_ratio_low": Number(gt=0, optional=True),
+        "clip_ratio_high": Number(gt=0, optional=True),
+        "clip_ratio_c": Number(gt=1),  # dual-clip lower bound, verl's requirement
+        "entropy_coeff": Number(),
+        "kl_loss_coef": NON_NEGATIVE,
+        "kl_ctrl_type": Choice(("fixed", "adaptive")),
+        "kl_coef": NON_NEGATIVE,
+        "kl_target": POSITIVE,
+        "kl_horizon": COUNT,
+        "rollout_is_level": Choice((None, "token", "sequence")),
+        "rollout_is_threshold": POSITIVE,
+        "rollout_is_threshold_low": Number(gt=0, optional=True),
+        "filter_metric": Choice(("acc", "score")),
+        "max_num_gen_batches": COUNT,
+        "overlong_buffer_len": NON_NEGATIVE_INT,
+        "overlong_penalty_factor": NON_NEGATIVE,
+        "critic_warmup": NON_NEGATIVE_INT,
+    },
+    OptimConfig: {
+        "lr": NON_NEGATIVE,  # 0 keeps the parameters fixed (used by gradient tests)
+        "critic_lr": NON_NEGATIVE,
+        "weight_decay": NON_NEGATIVE,
+        "betas": Pair(Number(ge=0, lt=1)),
+        "warmup_steps": NON_NEGATIVE_INT,
+        "lr_schedule": Choice(("constant", "cosine")),
+        "min_lr_ratio": FRACTION,
+        "grad_clip": POSITIVE,
+        "ppo_epochs": COUNT,
+        "ppo_mini_batch_size": COUNT,
+        "micro_batch_size": COUNT,
+        "max_token_len_per_micro_batch": COUNT,
+        "cliprange_value": POSITIVE,
+        "logprob_chunk_size": COUNT,
+    },
+    TrainerConfig: {
+        "total_steps": NON_NEGATIVE_INT,  # 0 = only validate
+        "test_freq": NON_NEGATIVE_INT,
+        "save_freq": NON_NEGATIVE_INT,
+        "max_checkpoints_to_keep": COUNT,
+        "resume_mode": ResumeMode(),
+        "seed": Number(integer=True),
+        "backend_strategy": Choice(("auto", "fsdp2", "none")),
+        "mixed_precision": Choice(("no", "bf16", "fp16")),
+        "num_threads": Number(integer=True, ge=1, optional=True),
+    },
+}
+"""Section -> field -> rule; see :func:`rules_for` for the implied ``bool``/``dict`` ones."""
+
+
+def rules_for(section: type) -> dict[str, Rule]:
+    """Every rule of ``section``'s fields: the listed ones, plus a type rule for each field
+    annotated ``bool`` or ``dict[...]``."""
+    implied: dict[str, Rule] = {}
+    for f in fields(section):
+        annotation = str(f.type)
+        if annotation == "bool":
+            implied[f.name] = FLAG
+        elif annotation.startswith("dict["):
+            implied[f.name] = MAPPING
+    return implied | FIELD_RULES.get(section, {})
+
+
+def field_problems(section: Any, values: dict[str, Any] | None = None) -> list[str]:
+    """``"Section.field must be ..., got value"`` for every field of ``section`` (a
+    section instance, or its class with ``values``, a subset of its fields) that breaks
+    its rule."""
+    cls = section if isinstance(section, type) else type(section)
+    values = vars(section) if values is None else values
+    problems = []
+    for name, rule in rules_for(cls).items():
+        if name not in values:
+            continue
+        allowed = rule.problem(values[name])
+        if allowed is not None:
+            problems.append(f"{cls.__name__}.{name} must be {allowed}, got {values[name]!r}")
+    return problems
+
+
+def batch_problems(data: DataConfig, optim: OptimConfig) -> list[str]:
+    """The global batch splits into whole mini-batches (once both sizes are valid)."""
+    batch, mini = data.train_batch_size, optim.ppo_mini_batch_size
+    if field_problems(DataConfig, {"train_batch_size": batch}) or field_problems(
+        OptimConfig, {"ppo_mini_batch_size": mini}
+    ):
+        return []
+    if batch % mini:
+        return [
+            f"DataConfig.train_batch_size ({batch}) must be a multiple of "
+            f"OptimConfig.ppo_mini_batch_size ({mini})"
+        ]
+    return []
+
+
+def bound_values(section: type) -> dict[str, Any]:
+    """The values gin binds to ``section``'s fields, without calling anything: a binding
+    to a reference (``@arithmetic_sft_model()``) is left out, so checking these can run
+    before the work such a reference does."""
+    values = {}
+    for f in fields(section):
+        try:
+            value = gin.query_parameter(f"{section.__name__}.{f.name}")
+        except ValueError:  # not bound
+            continue
+        if not isinstance(value, gin.config.ConfigurableReference):
+            values[f.name] = value
+    return values
+
+
+def format_problems(problems: list[str]) -> str:
+    return "invalid experiment configuration:\n  - " + "\n  - ".join(problems)

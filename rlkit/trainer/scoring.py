@@ -175,6 +175,24 @@ class ScoredRollout:
         )
 
 
+class RewardFailure(RuntimeError):
+    """Too many of a batch's reward calls failed (``DataConfig.max_reward_failure_rate``)."""
+
+
+def check_failure_rate(result: Any, max_rate: float) -> None:
+    """Stop when at least ``max_rate`` of the batch's reward calls raised or timed out: a
+    reward that fails everywhere would otherwise train on a constant 0."""
+    failed = result.num_errors + result.num_timeouts
+    if not result.scores or failed < max_rate * len(result.scores):
+        return
+    first = next((i["error"] for i in result.infos if "error" in i), "")
+    raise RewardFailure(
+        f"{failed} of {len(result.scores)} reward calls failed ({result.num_errors} errors, "
+        f"{result.num_timeouts} timeouts), at least DataConfig.max_reward_failure_rate = "
+        f"{max_rate:g} of them; the first: {first}"
+    )
+
+
 def reward_contexts(
     trajectories: list[Trajectory],
     texts: list[str],
@@ -243,7 +261,11 @@ def score_rollout(
         timeout_s=d.reward_timeout_s,
         num_workers=d.reward_workers,
         contexts=contexts,
+        deadline_s=d.reward_deadline_s,
+        # A call SIGALRM cannot interrupt ends the run (with a message) a whole limit late.
+        hard_limit_s=None if d.reward_timeout_s is None else d.reward_timeout_s + 5.0,
     )
+    check_failure_rate(result, d.max_reward_failure_rate)
     scores = [float(s) for s in result.scores]
     acc = [float(info.get("acc", s > 0)) for s, info in zip(scores, result.infos)]
     # Counters add up over processes and generation batches; the fields' means are

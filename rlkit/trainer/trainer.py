@@ -21,8 +21,6 @@ rollout engines are reached only through their registries.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import math
 import random
 import warnings
@@ -38,6 +36,7 @@ from rlkit.models.loading import check_model_dir
 from rlkit.registry import AGENT_LOOPS, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import AgentRequest, agent_config, loop_metrics
 from rlkit.rollout.base import SamplingParams
+from rlkit.trainer import run_dir
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.batch import (
     TrainBatch,
@@ -102,6 +101,10 @@ class RLTrainer:
         self.is_main = self.backend.is_main_process
         if self.is_main:
             self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = CheckpointManager(
+            self.out_dir / "checkpoints", self.backend, keep=cfg.trainer.max_checkpoints_to_keep
+        )
+        self.resume_changes = self._prepare_run_dir()  # before anything expensive
 
         self.tokenizer = self._load_tokenizer()
         self.agent_loop = AGENT_LOOPS.get(cfg.rollout.agent_loop)
@@ -142,9 +145,6 @@ class RLTrainer:
             seed=cfg.trainer.seed,
             **cfg.rollout.engine_options,
         )
-        self.checkpoints = CheckpointManager(
-            self.out_dir / "checkpoints", self.backend, keep=cfg.trainer.max_checkpoints_to_keep
-        )
         self.resumed_from = self._maybe_resume()
         if self.resumed_from is not None:
             self.engine.sync_weights(
@@ -154,16 +154,17 @@ class RLTrainer:
         if self.is_main:
             from rlkit.logging import MetricsLogger
 
-            (self.out_dir / "config.gin").write_text(gin.config_str())
-            (self.out_dir / "resolved_config.json").write_text(
-                json.dumps(dataclasses.asdict(cfg), indent=2, default=repr)
-            )
+            resumed_step = None if self.resumed_from is None else self.step_count
+            run_dir.write_configs(self.out_dir, gin.config_str(), cfg, resumed_step)
             self.logger = MetricsLogger(
                 self.out_dir,
                 total_steps=cfg.trainer.total_steps,
                 tensorboard=cfg.trainer.tensorboard,
                 progress_bar=cfg.trainer.progress_bar,
                 start_step=self.step_count,
+                # Resumed: steps after the checkpoint are logged again; a new run (in auto
+                # mode, over an attempt that saved no checkpoint) starts the file over.
+                keep_through_step=-1 if resumed_step is None else resumed_step,
             )
             self._print(
                 f"rlkit: platform={self.platform.name} processes={self.world} "
@@ -172,6 +173,8 @@ class RLTrainer:
                 f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
                 + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
             )
+            if self.resume_changes:
+                self._print("changed since the run started: " + "; ".join(self.resume_changes))
 
     @property
     def needs(self) -> Needs:
@@ -353,6 +356,25 @@ class RLTrainer:
             modules["prm"] = (self.prm, self.prm_opt)
         return modules
 
+    def _prepare_run_dir(self) -> list[str]:
+        """Check ``output_dir`` against ``resume_mode`` before anything is loaded.
+
+        ``disable``: a directory holding a run is refused, or cleared with
+        ``TrainerConfig.overwrite``. ``auto`` with a checkpoint: the configuration must
+        match the saved one up to :data:`~rlkit.trainer.run_dir.RESUMABLE_CHANGES`.
+        Returns the (allowed) changed fields, ``Section.field: old -> new``.
+        """
+        t = self.cfg.trainer
+        if t.resume_mode == "disable":
+            run_dir.refuse_or_clear(self.out_dir, overwrite=t.overwrite, is_main=self.is_main)
+            self.backend.barrier()  # cleared before any process writes into it
+            return []
+        if t.resume_mode == "auto":
+            latest = self.checkpoints.latest()
+            if latest is not None:
+                return run_dir.check_resume_config(self.out_dir, self.cfg, latest)
+        return []
+
     def _maybe_resume(self) -> str | None:
         mode = self.cfg.trainer.resume_mode
         if mode == "disable":
@@ -402,6 +424,13 @@ class RLTrainer:
             val = self.validate()
             self._log(val, self.step_count)
             self._print("before RL: " + _fmt(val))
+        if self.step_count >= t.total_steps:
+            warnings.warn(
+                f"{self.out_dir} already holds a run finished at step {self.step_count} "
+                f"(TrainerConfig.total_steps={t.total_steps}): nothing to train. Raise "
+                "total_steps to continue it, or choose another TrainerConfig.output_dir.",
+                stacklevel=2,
+            )
         while self.step_count < t.total_steps:
             metrics = self.step()
             last = self.step_count == t.total_steps
@@ -419,15 +448,23 @@ class RLTrainer:
         if t.export_hf_at_end:
             self.weights.save_pretrained(str(self.out_dir / "hf_model"))
         if self.is_main and t.plot_learning_curve and (self.out_dir / "metrics.jsonl").exists():
-            from rlkit.logging import plot_learning_curves
+            self._plot_learning_curve()
+        return self.metrics_history
 
+    def _plot_learning_curve(self) -> None:
+        """``learning_curve.png``; a plot is a convenience, so failing to draw it (no
+        metric to show, a full disk, a matplotlib problem) warns and the run still succeeds."""
+        from rlkit.logging import plot_learning_curves
+
+        try:
             plot_learning_curves(
                 {self.out_dir.name: self.out_dir / "metrics.jsonl"},
                 self.out_dir / "learning_curve.png",
                 keys=("critic/score/mean", "val/*"),
                 title=self.algorithm.name,
             )
-        return self.metrics_history
+        except Exception as exc:  # noqa: BLE001 - any failure of the plot alone
+            warnings.warn(f"learning_curve.png not written: {exc!r}", stacklevel=2)
 
     def step(self) -> dict[str, float]:
         """One RL iteration; returns its metrics."""
@@ -850,7 +887,31 @@ class RLTrainer:
     # ------------------------------------------------------------ validation
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Generate ``val_n`` responses per held-out prompt; mean@k and pass@k per data source."""
+        """Generate ``val_n`` responses per held-out prompt; mean@k and pass@k per data source.
+
+        Validation samples from its own random stream, seeded from (``TrainerConfig.seed``,
+        rank, step), and the training streams (Python, NumPy, torch CPU and accelerator)
+        are restored afterwards: ``test_freq``, ``val_n``, ``val_temperature`` and where a
+        run was interrupted leave training bitwise unchanged, and validating at a step gives
+        the same results in any run. (An SGLang server samples from its own generator,
+        seeded once by ``--random-seed``; that stream is shared by training and validation
+        requests, since per-request seeds are not sent.)
+        """
+        training_rng = capture_rng_state(self.platform)
+        try:
+            self._seed_everything(self._side_seed("validation"))
+            return self._validate()
+        finally:
+            restore_rng_state(training_rng, self.platform)
+
+    def _side_seed(self, purpose: str) -> int:
+        """A seed for a side computation at this step, independent of the training stream
+        and of other purposes (a hash of seed, rank, step and ``purpose``)."""
+        tag = int.from_bytes(purpose.encode(), "little")
+        entropy = [self.cfg.trainer.seed % 2**63, self.rank, self.step_count, tag]
+        return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+    def _validate(self) -> dict[str, float]:
         from rlkit.metrics.pass_at_k import mean_and_pass_at_k
 
         prompts = self.val_prompts

@@ -1,0 +1,169 @@
+"""A run directory's life cycle: start, resume, overwrite.
+
+A run directory (``TrainerConfig.output_dir``) holds one run: ``config.gin`` and
+``resolved_config.json`` (the configuration it started with), ``metrics.jsonl``,
+``tensorboard/``, ``checkpoints/``, ``learning_curve.png``, ``hf_model/``. Each resumed
+segment adds ``config.resume_step_<N>.gin`` and ``resolved_config.resume_step_<N>.json``
+(``N``: the checkpoint's step) beside the originals, which are never rewritten.
+
+Auto-resume continues the run only with the configuration it started with, up to the
+fields of :data:`RESUMABLE_CHANGES` (length, frequencies, logging, validation sampling):
+anything else would silently train a different experiment under the old one's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+RESOLVED_CONFIG = "resolved_config.json"
+GIN_CONFIG = "config.gin"
+
+RESUMABLE_CHANGES = frozenset(
+    {
+        "TrainerConfig.total_steps",
+        "TrainerConfig.test_freq",
+        "TrainerConfig.val_before_train",
+        "TrainerConfig.save_freq",
+        "TrainerConfig.save_at_end",
+        "TrainerConfig.max_checkpoints_to_keep",
+        "TrainerConfig.output_dir",  # the same directory, perhaps spelled another way
+        "TrainerConfig.resume_mode",
+        "TrainerConfig.overwrite",
+        "TrainerConfig.export_hf_at_end",
+        "TrainerConfig.tensorboard",
+        "TrainerConfig.progress_bar",
+        "TrainerConfig.plot_learning_curve",
+        "TrainerConfig.num_threads",
+        # Validation draws from its own random stream, so these leave training unchanged.
+        "RolloutConfig.val_n",
+        "RolloutConfig.val_temperature",
+        "DataConfig.val_files",
+        "DataConfig.val_limit",
+    }
+)
+"""``Section.field`` names that may differ between a run and its auto-resumed segments."""
+
+# Files and folders a run writes into its directory (what ``overwrite`` deletes).
+RUN_OUTPUTS = (
+    "checkpoints",
+    "metrics.jsonl",
+    "tensorboard",
+    GIN_CONFIG,
+    RESOLVED_CONFIG,
+    "config.resume_step_*.gin",
+    "resolved_config.resume_step_*.json",
+    "learning_curve.png",
+    "hf_model",
+)
+
+# ``repr`` of functions and objects embeds a memory address that differs between processes.
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def config_json(cfg: Any) -> str:
+    """The resolved configuration as written to ``resolved_config.json``."""
+    return json.dumps(dataclasses.asdict(cfg), indent=2, default=repr)
+
+
+def _flatten(cfg_json: dict[str, Any], sections: dict[str, str]) -> dict[str, Any]:
+    out = {}
+    for section, fields in cfg_json.items():
+        name = sections.get(section, section)
+        if not isinstance(fields, dict):
+            out[name] = fields
+            continue
+        for key, value in fields.items():
+            out[f"{name}.{key}"] = _ADDRESS.sub("", value) if isinstance(value, str) else value
+    return out
+
+
+def config_differences(saved: dict[str, Any], cfg: Any) -> list[str]:
+    """``Section.field: old -> new`` for every field of ``cfg`` (an ``ExperimentConfig``)
+    that differs from the saved ``resolved_config.json`` contents, allowed or not."""
+    sections = {f.name: type(getattr(cfg, f.name)).__name__ for f in dataclasses.fields(cfg)}
+    old = _flatten(saved, sections)
+    new = _flatten(json.loads(config_json(cfg)), sections)
+    missing = object()
+    return [
+        f"{key}: {old.get(key, '<absent>')!r} -> {new.get(key, '<absent>')!r}"
+        for key in sorted(old.keys() | new.keys())
+        if old.get(key, missing) != new.get(key, missing)
+    ]
+
+
+def check_resume_config(out_dir: Path, cfg: Any, checkpoint: Path) -> list[str]:
+    """Refuse to auto-resume ``checkpoint`` with a configuration that changed beyond
+    :data:`RESUMABLE_CHANGES`; return the allowed differences (for the log).
+
+    Raises:
+        ValueError: listing every differing field that is not allowed to change.
+    """
+    path = out_dir / RESOLVED_CONFIG
+    if not path.exists():  # written by every run; a directory without it predates the check
+        return []
+    changes = config_differences(json.loads(path.read_text()), cfg)
+    refused = [c for c in changes if c.split(":", 1)[0] not in RESUMABLE_CHANGES]
+    if refused:
+        raise ValueError(
+            f"{out_dir} holds a run whose configuration differs from this one, so it cannot "
+            f"be resumed from {checkpoint.name} (resume_mode='auto'):\n  "
+            + "\n  ".join(refused)
+            + "\nUse another TrainerConfig.output_dir, restore those values, or start over "
+            "with TrainerConfig.resume_mode='disable' and TrainerConfig.overwrite=True. "
+            f"Fields that may change on resume: {', '.join(sorted(RESUMABLE_CHANGES))}."
+        )
+    return changes
+
+
+def existing_run_outputs(out_dir: Path) -> list[Path]:
+    """The outputs of a previous run in ``out_dir`` (empty for a fresh directory)."""
+    found: list[Path] = []
+    for pattern in RUN_OUTPUTS:
+        found += sorted(out_dir.glob(pattern))
+    return found
+
+
+def holds_a_run(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds a run's checkpoints or metrics."""
+    ckpts = out_dir / "checkpoints"
+    has_ckpt = ckpts.is_dir() and any(ckpts.glob("global_step_*"))
+    return has_ckpt or (out_dir / "metrics.jsonl").exists()
+
+
+def refuse_or_clear(out_dir: Path, *, overwrite: bool, is_main: bool) -> None:
+    """``resume_mode="disable"``: refuse a directory that holds a run, or with ``overwrite``
+    delete that run's outputs (only the files of :data:`RUN_OUTPUTS`; anything else a user
+    or a sweep put there stays). Every process checks; only the main one deletes."""
+    if not holds_a_run(out_dir):
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"{out_dir} already holds a run (checkpoints or metrics.jsonl) and "
+            "TrainerConfig.resume_mode='disable' would mix a new run into it. Set "
+            "TrainerConfig.overwrite=True to delete the old run's outputs, "
+            "resume_mode='auto' to continue it, or choose another TrainerConfig.output_dir."
+        )
+    if is_main:
+        for path in existing_run_outputs(out_dir):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def write_configs(out_dir: Path, gin_text: str, cfg: Any, resumed_step: int | None) -> None:
+    """The run's configuration files: the originals for a new run (or a directory without
+    them), ``*.resume_step_<N>.*`` beside them for a resumed segment."""
+    original = out_dir / GIN_CONFIG
+    if resumed_step is None or not original.exists():
+        gin_path, json_path = original, out_dir / RESOLVED_CONFIG
+    else:
+        gin_path = out_dir / f"config.resume_step_{resumed_step}.gin"
+        json_path = out_dir / f"resolved_config.resume_step_{resumed_step}.json"
+    gin_path.write_text(gin_text)
+    json_path.write_text(config_json(cfg))

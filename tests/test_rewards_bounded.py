@@ -1,0 +1,63 @@
+"""A step's reward phase is bounded: one deadline per batch, a watchdog for C hangs, and a
+failure rate that stops the run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+import rewards
+from rewards.batch_scoring import BatchScores
+from rlkit.trainer.scoring import RewardFailure, check_failure_rate
+from tests.faulty_components import sleepy_reward
+
+
+def test_a_reward_that_hangs_everywhere_costs_the_batch_one_deadline_inline():
+    # 8 calls of a reward that sleeps 30 s, 1 s limit each: 8 s in series; the deadline
+    # (2 s) stops the batch after the first two calls, the other six are never started.
+    start = time.monotonic()
+    out = rewards.score_batch(
+        sleepy_reward, ["x"] * 8, ["y"] * 8, timeout_s=1.0, deadline_s=2.0, num_workers=0
+    )
+    assert time.monotonic() - start < 4.0
+    assert out.scores == [0.0] * 8 and out.num_timeouts == 8
+    assert sum("deadline" in i["error"] for i in out.infos) >= 5
+
+
+def test_the_deadline_bounds_a_worker_pool_batch_too():
+    out = rewards.score_batch(
+        sleepy_reward, ["x"] * 6, ["y"] * 6, timeout_s=5.0, deadline_s=1.0, num_workers=2
+    )
+    assert out.num_timeouts == 6  # the two in flight are killed, four never sent
+
+
+def test_a_reward_stuck_in_one_c_call_ends_the_process_with_a_message():
+    # sum(range(10**11)) is one C call: SIGALRM's handler cannot run until it returns
+    # (minutes), so only the watchdog stops it, timeout 0.5 s + hard limit 0.5 s later.
+    code = (
+        "import rewards\n"
+        "def stuck(response, ground_truth, **extra):\n"
+        "    return float(sum(range(10**11)))\n"
+        "rewards.score_batch(stuck, ['x'], ['y'], timeout_s=0.5, hard_limit_s=0.5)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "Timeout (0:00:01)!" in proc.stderr and "in stuck" in proc.stderr  # the reward
+    assert time.monotonic() - start < 30
+
+
+@pytest.mark.parametrize(
+    ("failed", "rate", "stops"), [(4, 1.0, True), (3, 1.0, False), (2, 0.5, True), (1, 0.5, False)]
+)
+def test_the_failure_rate_stops_the_run_with_the_first_error(failed, rate, stops):
+    errors = [{"error": f"ZeroDivisionError: row {i}"} for i in range(failed)]
+    result = BatchScores([0.0] * 4, errors + [{}] * (4 - failed), num_errors=failed)
+    if not stops:
+        check_failure_rate(result, rate)
+        return
+    with pytest.raises(RewardFailure, match="first: ZeroDivisionError: row 0"):
+        check_failure_rate(result, rate)
