@@ -59,6 +59,9 @@ ROLLOUT_COUNTERS = (
     "rollout/kv_reused_tokens",
 )
 """Engine counts logged with each step (summed over processes and generation rounds)."""
+ROLLOUT_GAUGES = ("rollout/servers_usable", "rollout/server_restarts")
+"""Engine states logged with each step: the main process's engine after its last rollout
+(they describe servers, which do not add up over processes)."""
 
 
 class RLTrainer:
@@ -72,6 +75,7 @@ class RLTrainer:
         self.cfg = config
         self.step_count = 0
         self.metrics_history: list[dict[str, float]] = []
+        self.rollout_gauges: dict[str, float] = {}  # the engine's server states (_note_gauges)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -670,7 +674,21 @@ class RLTrainer:
             )
         # Counters add up over processes and generation rounds, as reward counters do.
         scored.metrics |= {k: v for k, v in engine_metrics.items() if k in ROLLOUT_COUNTERS}
+        self._note_gauges({k: v for k, v in engine_metrics.items() if k in ROLLOUT_GAUGES})
         return ScoredRollout.concat(comm.gather_objects(scored))
+
+    def _note_gauges(self, gauges: dict[str, float]) -> None:
+        """Keep the engine's server states for the step's metrics; warn when a server was
+        restarted since the last rollout (a step slowed by a restart is otherwise silent)."""
+        before = self.rollout_gauges.get("rollout/server_restarts")
+        after = gauges.get("rollout/server_restarts")
+        if before is not None and after is not None and after > before:
+            self._print(
+                f"step {self.step_count}: {int(after - before)} rollout server restart(s) "
+                f"during this rollout ({gauges.get('rollout/servers_usable', float('nan')):g} "
+                "usable now); see the engine's log for which server and why"
+            )
+        self.rollout_gauges = gauges
 
     def _collect_batch(self, timer: PhaseTimer) -> tuple[TrainBatch | None, dict[str, float]]:
         """Rollout + reward (+ DAPO dynamic sampling) for one step's global batch."""
@@ -703,6 +721,7 @@ class RLTrainer:
             "train/num_filtered_prompts": float(self.train_prompts.num_filtered),
             **rollout.metrics,
             **loop_metrics(rollout.trajectories),
+            **self.rollout_gauges,
         }
         if a.filter_groups:
             metrics["train/num_kept_groups"] = float(rollout.num_groups())

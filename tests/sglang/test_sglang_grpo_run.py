@@ -33,6 +33,9 @@ def test_grpo_with_sglang_engine_trains_and_keeps_server_in_sync(demo_model_dir,
         assert metrics["rollout/logprob_diff_max"] < 1e-3
         # The engine's counters reach the log: one request per prompt (n samples each).
         assert metrics["rollout/num_requests"] >= 4 and metrics["rollout/num_retries"] == 0
+        # ... and so do its server states: the one server in rotation, never restarted.
+        assert metrics["rollout/servers_usable"] == 1.0
+        assert metrics["rollout/server_restarts"] == 0.0
     # After every update the server was re-synced and checked against the trainer.
     assert history[-1]["weight_sync/logprob_max_abs_diff"] < 1e-3
     assert trainer.weights.version >= 3
