@@ -207,7 +207,7 @@ class RLTrainer:
         return tok
 
     def _load_prompts(self, split: str) -> PromptSet:
-        from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_shared_dataset
+        from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
 
         d = self.cfg.data
         options = {
@@ -218,14 +218,25 @@ class RLTrainer:
         if d.instruction is not None:
             options["instruction"] = d.instruction
         source = d.train_files if split == "train" else d.val_files
+        options["on_error"] = d.on_error
         if d.dataset_fn is not None:
             dataset = d.dataset_fn(split)
-        elif source in SHARED_DATASETS:  # e.g. "gsm8k": the shared copy, with its instruction
-            dataset = load_shared_dataset(
-                source, "train" if split == "train" else "test", **options
-            )
+        elif source in SHARED_DATASETS:  # e.g. "gsm8k": the preset, with its instruction
+            preset_splits = SHARED_DATASETS[source].splits
+            wanted = "train" if split == "train" or "test" not in preset_splits else "test"
+            dataset = load_shared_dataset(source, wanted, **options)
         else:
-            dataset = load_prompt_dataset(source, **options)
+            # A folder or hub val source reads its validation (or test) split, not train.
+            wanted = "train" if split == "train" else "validation"
+            dataset = load_prompt_dataset(source, split=wanted, **options)
+        try:
+            skipped = load_report(dataset).num_skipped
+        except ValueError:  # a dataset_fn's own dataset carries no load report
+            skipped = 0
+        if skipped:
+            # Read by the step metrics as train/num_skipped_rows (val: val/num_skipped_rows).
+            self.num_skipped_rows = {**getattr(self, "num_skipped_rows", {}), split: skipped}
+            self._print(f"rlkit: {split} data: skipped {skipped} malformed rows (on_error=skip)")
         if split == "val" and d.val_limit:
             dataset = dataset.select(range(min(d.val_limit, len(dataset))))
         return tokenize_prompts(
@@ -967,14 +978,22 @@ class RLTrainer:
             out["perf/throughput"] = tokens / step_s / self.world
         mem = self.platform.memory_stats()
         out |= {f"perf/{k}": float(v) for k, v in mem.items()}
-        peak = self.platform.peak_flops(next(self.actor.parameters()).dtype)
+        peak = self.platform.peak_flops(self._compute_dtype())
         update_s = timer.seconds.get("update_actor", 0.0)
         if peak and update_s > 0:
-            n_params = sum(p.numel() for p in self.backend.unwrap(self.actor).parameters())
-            # ~6 FLOPs per parameter per token for forward + backward.
-            flops = 6 * n_params * tokens * self.cfg.optim.ppo_epochs
+            from rlkit.metrics.flops import training_flops
+
+            config = self.backend.unwrap(self.actor).backbone.config
+            lengths = (batch.prompt_lengths + batch.response_lengths).tolist()
+            flops = training_flops(config, lengths) * self.cfg.optim.ppo_epochs
             out["perf/mfu/actor"] = flops / (update_s * peak * self.world)
         return out
+
+    def _compute_dtype(self) -> torch.dtype:
+        """The dtype the actor's matmuls run in: the mixed-precision one if set, else the
+        parameters' (bf16 compute over float32 parameters has bf16's peak, not fp32's)."""
+        mixed = {"bf16": torch.bfloat16, "fp16": torch.float16}
+        return mixed.get(self.cfg.trainer.mixed_precision, next(self.actor.parameters()).dtype)
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.logger is not None:
