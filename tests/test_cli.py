@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rlkit.cli import main
+from tests.gin_files import arithmetic_gin
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,32 +99,22 @@ def test_a_bad_gin_file_and_a_missing_model_directory_exit_2(tmp_path):
         f"rlkit train: config file {str(tmp_path / 'missing.gin')!r} not found",
     )
     cfg = tmp_path / "experiment.gin"
-    cfg.write_text(TINY_GIN.format(model=tmp_path / "nowhere", out=tmp_path / "run", steps=1))
+    cfg.write_text(_tiny_gin(tmp_path / "nowhere", tmp_path / "run", 1))
     proc = _train(str(cfg))
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "is not a directory; set ModelConfig.path" in proc.stderr.splitlines()[-1]
 
 
-TINY_GIN = """
-include 'presets/grpo.gin'
-ModelConfig.path = "{model}"
-DataConfig.dataset_fn = @arithmetic_dataset
-arithmetic_dataset.limit = 32
-DataConfig.reward = "exact_match"
-DataConfig.max_prompt_length = 16
-DataConfig.train_batch_size = 4
-DataConfig.val_limit = 4
-RolloutConfig.n = 2
-RolloutConfig.max_response_length = 6
-RolloutConfig.val_n = 1
-OptimConfig.ppo_mini_batch_size = 2
-TrainerConfig.total_steps = {steps}
-TrainerConfig.output_dir = "{out}"
-TrainerConfig.progress_bar = False
-TrainerConfig.tensorboard = False
-TrainerConfig.plot_learning_curve = False
-"""
+def _tiny_gin(model, out, steps: int) -> str:
+    bindings = {
+        "RolloutConfig.n": 2,
+        "RolloutConfig.val_n": 1,
+        "OptimConfig.ppo_mini_batch_size": 2,
+        "TrainerConfig.total_steps": steps,
+        "TrainerConfig.tensorboard": False,
+    }
+    return arithmetic_gin(model, out, bindings)
 
 
 def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model_dir, tmp_path):
@@ -133,7 +124,7 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
 
     cfg = tmp_path / "experiment.gin"
     out = tmp_path / "run"
-    cfg.write_text(TINY_GIN.format(model=demo_model_dir, out=out, steps=100000))
+    cfg.write_text(_tiny_gin(demo_model_dir, out, 100000))
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlkit.train", str(cfg)],
         cwd=ROOT,
@@ -161,7 +152,7 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
 
 def test_a_missing_or_bad_data_file_exits_2_with_one_message(demo_model_dir, tmp_path):
     cfg = tmp_path / "experiment.gin"
-    cfg.write_text(TINY_GIN.format(model=demo_model_dir, out=tmp_path / "run", steps=1))
+    cfg.write_text(_tiny_gin(demo_model_dir, tmp_path / "run", 1))
     bad = tmp_path / "bad.jsonl"
     bad.write_text("{not json\n")
     for path, message in ((tmp_path / "none.jsonl", "no such file"), (bad, "bad.jsonl:1")):

@@ -22,34 +22,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.gin_files import arithmetic_gin
+
 REPO = Path(__file__).resolve().parents[1]
 
-GIN = """
-include 'presets/grpo.gin'
-ModelConfig.path = "{model}"
-DataConfig.dataset_fn = @arithmetic_dataset
-arithmetic_dataset.limit = 32
-DataConfig.reward = "exact_match"
-DataConfig.max_prompt_length = 16
-DataConfig.train_batch_size = 4
-DataConfig.val_limit = 4
-RolloutConfig.n = 4
-RolloutConfig.max_response_length = 6
-RolloutConfig.val_n = 2
-RolloutConfig.val_temperature = 1.0
-AlgorithmConfig.use_kl_loss = False
-OptimConfig.lr = 1e-3
-OptimConfig.ppo_mini_batch_size = 2
-OptimConfig.micro_batch_size = 4
-TrainerConfig.total_steps = 5
-TrainerConfig.test_freq = 2
-TrainerConfig.save_freq = 1
-TrainerConfig.max_checkpoints_to_keep = 2
-TrainerConfig.output_dir = "{out}"
-TrainerConfig.progress_bar = False
-TrainerConfig.plot_learning_curve = False
-TrainerConfig.num_threads = 1
-"""
+BINDINGS = {
+    "RolloutConfig.val_temperature": 1.0,
+    "AlgorithmConfig.use_kl_loss": False,
+    "OptimConfig.lr": 1e-3,
+    "OptimConfig.ppo_mini_batch_size": 2,
+    "OptimConfig.micro_batch_size": 4,
+    "TrainerConfig.total_steps": 5,
+    "TrainerConfig.test_freq": 2,
+    "TrainerConfig.save_freq": 1,
+    "TrainerConfig.max_checkpoints_to_keep": 2,
+    "TrainerConfig.num_threads": 1,
+    "TrainerConfig.export_hf_at_end": True,
+}
 
 
 def _command(cfg: Path) -> list[str]:
@@ -120,9 +109,7 @@ def test_kill_nine_at_seeded_moments_then_resume_equals_an_uninterrupted_run(
 
     straight, resumed = tmp_path / "straight", tmp_path / "killed"
     for out in (straight, resumed):
-        (tmp_path / f"{out.name}.gin").write_text(
-            GIN.format(model=demo_model_dir, out=out) + "TrainerConfig.export_hf_at_end = True\n"
-        )
+        (tmp_path / f"{out.name}.gin").write_text(arithmetic_gin(demo_model_dir, out, BINDINGS))
     subprocess.run(
         _command(tmp_path / "straight.gin"), cwd=REPO, env=_env(), check=True, timeout=600
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.launch import accelerate_launch, launch_env
+from tests.gin_files import arithmetic_gin
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,31 +111,22 @@ def test_two_process_tool_agent_run_keeps_the_processes_in_lock_step(tool_model_
     assert "val/tool_arithmetic/tool_call_rate" in last
 
 
-RM_GIN = """
-include 'presets/grpo.gin'
-ModelConfig.path = "{model}"
-RewardModelConfig.path = "{reward_model}"
-RewardModelConfig.max_token_len_per_micro_batch = 40
-DataConfig.dataset_fn = @arithmetic_dataset
-arithmetic_dataset.limit = 32
-DataConfig.reward = "reward_model"
-DataConfig.max_prompt_length = 16
-DataConfig.train_batch_size = 4
-DataConfig.val_limit = 5
-RolloutConfig.n = 4
-RolloutConfig.max_response_length = 6
-RolloutConfig.val_n = 1
-RolloutConfig.val_temperature = 0.0
-AlgorithmConfig.use_kl_loss = False
-OptimConfig.ppo_mini_batch_size = 4
-OptimConfig.micro_batch_size = 8
-TrainerConfig.total_steps = 1
-TrainerConfig.test_freq = 0
-TrainerConfig.save_at_end = False
-TrainerConfig.output_dir = "{out}"
-TrainerConfig.progress_bar = False
-TrainerConfig.plot_learning_curve = False
-"""
+def _reward_model_gin(model, reward_model, out) -> str:
+    bindings = {
+        "RewardModelConfig.path": str(reward_model),
+        "RewardModelConfig.max_token_len_per_micro_batch": 40,
+        "DataConfig.reward": "reward_model",
+        "DataConfig.val_limit": 5,
+        "RolloutConfig.val_n": 1,
+        "RolloutConfig.val_temperature": 0.0,
+        "AlgorithmConfig.use_kl_loss": False,
+        "OptimConfig.ppo_mini_batch_size": 4,
+        "OptimConfig.micro_batch_size": 8,
+        "TrainerConfig.total_steps": 1,
+        "TrainerConfig.test_freq": 0,
+        "TrainerConfig.save_at_end": False,
+    }
+    return arithmetic_gin(model, out, bindings)
 
 
 @pytest.mark.distributed
@@ -150,7 +142,7 @@ def test_two_process_reward_model_scores_equal_one_process_scores(demo_model_dir
     runs = {}
     for processes in (1, 2):
         out = tmp_path / f"run{processes}"
-        text = RM_GIN.format(model=demo_model_dir, reward_model=rm, out=out)
+        text = _reward_model_gin(demo_model_dir, rm, out)
         if processes == 2:
             train_two_processes(text, tmp_path)
         else:

@@ -1,0 +1,68 @@
+"""The GPU check runs at its tiny size on CPU through its wrapper (no timing assertions)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = (
+    "update step",
+    "rollout",
+    "fused log-prob",
+    "remove padding",
+    "shared prefix",
+    "fsdp2",
+)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The cells of every Markdown row of the table, header and rule left out."""
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("| ") and not line.startswith("| section ") and "---" not in line:
+            rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"))
+    env["RUNS_DIR"] = str(tmp_path / "runs")
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--tiny", "--device", "cpu", "--budget-s", "300"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    rows = table_rows(proc.stdout)
+    assert all(len(r) == 5 for r in rows), rows
+    by_section = {name: [r for r in rows if r[0] == name] for name in SECTIONS}
+    for name, section_rows in by_section.items():
+        metrics = [r[2] for r in section_rows]
+        assert "section wall s" in metrics, (name, section_rows)
+        assert len(metrics) >= 2, (name, section_rows)  # a result row besides its timing
+        assert "error" not in metrics and "skipped" not in metrics, (name, section_rows)
+    assert {r[0] for r in rows} == set(SECTIONS)
+
+    update = [r for r in by_section["update step"] if r[2] == "tokens/s"]
+    assert len(update) == 2 and all(float(r[3].replace(",", "")) > 0 for r in update)
+    assert [r[3] for r in by_section["update step"] if r[2] == "MFU"] == ["n/a", "n/a"]
+    rollout = [r for r in by_section["rollout"] if r[2] == "tokens/s"]
+    assert len(rollout) == 2 and all("all rows ran to length" in r[4] for r in rollout)
+    memory = {r[2]: r for r in by_section["fused log-prob"]}
+    assert "151,936" in memory["fused peak GiB"][1]
+    assert float(memory["fused / naive memory"][3]) < 1.0  # the naive kernel holds V-wide logits
+    (speedup,) = [r for r in by_section["remove padding"] if r[2].startswith("speedup")]
+    assert speedup[3].endswith("x") and "attention sdpa" in speedup[4]
+    assert [r[3] for r in by_section["shared prefix"] if r[2] == "speedup"] == ["not implemented"]
+    fsdp = {r[2]: r for r in by_section["fsdp2"]}
+    assert fsdp["loss finite"][3] == "yes" and "sharded=True" in fsdp["step s (after the first)"][4]
+
+    copy = (tmp_path / "out" / "gpu_check.md").read_text()
+    assert table_rows(copy) == rows
+    assert len(list((tmp_path / "runs").glob("gpu_check_*.md"))) == 1
