@@ -81,7 +81,7 @@ def gsm8k(
     Args:
         response: the model's response text.
         ground_truth: the reference number as a string (``"18"``, ``"1,000"`` and
-            ``"$18"`` are accepted too).
+            ``"$18"`` are accepted too), or a raw GSM8K solution ending in ``#### 18``.
         method: ``"strict"`` reads the number after the last ``####``;
             ``"flexible"`` reads the last number in the text.
         score: reward for a correct answer (verl: 1.0).
@@ -99,6 +99,10 @@ def gsm8k(
             or ``method`` is unknown.
     """
     reference = parse_number(ground_truth)
+    if reference is None and "####" in ground_truth:
+        # A raw GSM8K solution ("...\n#### 18", as the hub's answer column holds it):
+        # its reference is the number after the last "####".
+        reference = extract_answer(ground_truth, "strict")
     if reference is None:
         raise ValueError(
             f"gsm8k ground truth must be a number like '18' or '1,000', got {ground_truth!r}; "

@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("rlkit.listing:main", "list registered estimators, losses, KL penalties, ..."),
     "train": ("rlkit.train:main", "train from a gin experiment: rlkit train CONFIG.gin"),
     "eval": ("rlkit.evaluation.harness:main", "evaluate a model on gsm8k/aime/math500"),
+    "data": ("rlkit.data_cli:main", "prepare a dataset preset as verl-layout Parquet files"),
+    "export": ("rlkit.export:main", "export a checkpoint (see `rlkit export --help`)"),
     "sweep": ("rlkit.sweep:main", "run a grid of experiments and tabulate/plot them"),
     "doctor": ("rlkit.doctor:main", "show the platform and the kernel chosen per op"),
     "check": ("rlkit.check:main", "run the property battery on an estimator or loss"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,14 @@ def _requested_threads() -> int | None:
     value = os.environ.get(NUM_THREADS_VAR, "").strip()
     return int(value) if value.isdigit() and int(value) >= 1 else None
 
+
+# The suite reads the evaluation sets (GSM8K, AIME, MATH-500) from the development
+# checkout's data folder, never the hub; the product itself only knows RLKIT_DATA_DIR.
+# Set at import time so subprocesses the tests launch (`rlkit eval`) inherit it.
+DATA_DIR_VAR = "RLKIT_DATA_DIR"
+TEST_DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not os.environ.get(DATA_DIR_VAR):
+    os.environ[DATA_DIR_VAR] = str(TEST_DATA_DIR)
 
 _NUM_THREADS = _requested_threads()
 if _NUM_THREADS is not None:

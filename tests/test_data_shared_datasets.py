@@ -1,4 +1,7 @@
-"""The shared data presets: paths, row counts, rewards, the RLKIT_SHARED_DATA override."""
+"""The dataset presets read from RLKIT_DATA_DIR: paths, row counts, rewards, errors.
+
+The suite points RLKIT_DATA_DIR at its local copies (tests/conftest.py); the hub path
+is tested in test_data_presets_hub.py."""
 
 import shutil
 
@@ -9,10 +12,12 @@ from rlkit.data import (
     BOXED_INSTRUCTION,
     GSM8K_INSTRUCTION,
     SHARED_DATASETS,
+    DataUnavailableError,
+    PromptDataError,
     UnknownSharedDatasetError,
     load_prompt_dataset,
     load_shared_dataset,
-    shared_data_dir,
+    local_data_dir,
     shared_dataset_path,
 )
 
@@ -49,6 +54,7 @@ def test_presets_name_registered_rewards_and_instructions():
         "aime2024": "math",
         "aime2025": "math",
         "math500": "math",
+        "dapo_math_17k": "math",
     }
     for preset in SHARED_DATASETS.values():
         assert preset.reward in rewards.names()
@@ -56,13 +62,13 @@ def test_presets_name_registered_rewards_and_instructions():
     assert SHARED_DATASETS["math500"].instruction == BOXED_INSTRUCTION
 
 
-def test_shared_dir_is_found_next_to_the_repository():
-    assert (shared_data_dir() / "gsm8k" / "test.jsonl").is_file()
-    assert shared_dataset_path("math500") == shared_data_dir() / "math500" / "test.jsonl"
+def test_the_local_folder_is_rlkit_data_dir():
+    assert (local_data_dir() / "gsm8k" / "test.jsonl").is_file()
+    assert shared_dataset_path("math500") == local_data_dir() / "math500" / "test.jsonl"
 
 
 def test_unknown_names_and_splits_raise_clear_errors():
-    with pytest.raises(UnknownSharedDatasetError, match="choose one of gsm8k, aime2024"):
+    with pytest.raises(UnknownSharedDatasetError, match="choose one of gsm8k, math500"):
         shared_dataset_path("gsm8k_v2")
     with pytest.raises(KeyError):  # the trainer catches KeyError to fall back to a path
         shared_dataset_path("/tmp/my.jsonl")
@@ -70,29 +76,41 @@ def test_unknown_names_and_splits_raise_clear_errors():
         shared_dataset_path("math500", "train")
 
 
-def test_env_var_overrides_the_folder(tmp_path, monkeypatch):
+def test_rlkit_data_dir_names_the_folder_and_missing_files_say_how_to_fix(tmp_path, monkeypatch):
     copy = tmp_path / "data"
     (copy / "aime2024").mkdir(parents=True)
     shutil.copy(shared_dataset_path("aime2024"), copy / "aime2024" / "test.jsonl")
-    monkeypatch.setenv("RLKIT_SHARED_DATA", str(copy))
-    assert shared_data_dir() == copy
+    monkeypatch.setenv("RLKIT_DATA_DIR", str(copy))
+    assert local_data_dir() == copy
     assert len(load_shared_dataset("aime2024")) == 30
-    with pytest.raises(FileNotFoundError, match="math500/test.jsonl is missing"):
-        shared_dataset_path("math500")
-    monkeypatch.setenv("RLKIT_SHARED_DATA", str(tmp_path / "nowhere"))
-    with pytest.raises(FileNotFoundError, match="RLKIT_SHARED_DATA"):
-        shared_data_dir()
+    # Set but without the file: no silent download, one message with the fix.
+    with pytest.raises(DataUnavailableError, match="math500/test.jsonl.*rlkit data prepare"):
+        load_shared_dataset("math500")
+    assert issubclass(DataUnavailableError, PromptDataError)  # exit status 2 in the commands
+    monkeypatch.setenv("RLKIT_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(DataUnavailableError, match="RLKIT_DATA_DIR"):
+        local_data_dir()
 
 
-def test_folder_is_found_from_the_working_directory_when_not_next_to_the_package(
-    tmp_path, monkeypatch
-):
-    import rlkit.data.shared_datasets as shared
+def test_a_prepared_parquet_folder_serves_as_the_local_copy(tmp_path, monkeypatch):
+    from rlkit.data.verl_format import prepare_dataset
 
-    (tmp_path / "shared" / "data").mkdir(parents=True)
-    (tmp_path / "repo" / "sub").mkdir(parents=True)
-    monkeypatch.delenv("RLKIT_SHARED_DATA", raising=False)
-    monkeypatch.setattr(shared, "_REPO_ROOT", tmp_path / "installed" / "site")
-    monkeypatch.chdir(tmp_path / "repo" / "sub")
-    # From repo/sub: sub/../shared/data no, sub/shared/data no, repo/../shared/data yes.
-    assert shared_data_dir() == tmp_path / "shared" / "data"
+    prepare_dataset("aime2025", tmp_path / "data" / "aime2025")
+    monkeypatch.setenv("RLKIT_DATA_DIR", str(tmp_path / "data"))
+    ds = load_shared_dataset("aime2025")
+    assert len(ds) == 30 and ds[0]["id"] == "aime2025-I-1" and ds[0]["ground_truth"] == "70"
+    assert ds[0]["prompt"][-1]["content"].endswith(BOXED_INSTRUCTION)  # not appended twice
+    assert ds[0]["prompt"][-1]["content"].count(BOXED_INSTRUCTION) == 1
+
+
+def test_no_parent_folder_is_searched_without_rlkit_data_dir(tmp_path, monkeypatch):
+    (tmp_path / "shared" / "data" / "gsm8k").mkdir(parents=True)
+    (tmp_path / "shared" / "data" / "gsm8k" / "test.jsonl").write_text(
+        '{"question": "q", "answer": "1"}\n'
+    )
+    (tmp_path / "repo").mkdir()
+    monkeypatch.delenv("RLKIT_DATA_DIR")
+    monkeypatch.chdir(tmp_path / "repo")
+    assert local_data_dir() is None
+    with pytest.raises(DataUnavailableError, match="RLKIT_DATA_DIR is not set"):
+        shared_dataset_path("gsm8k")

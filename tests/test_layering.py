@@ -45,6 +45,8 @@ LAYERS = {
     "rlkit.sweep": 6,
     "rlkit.listing": 6,
     "rlkit.check": 6,
+    "rlkit.data_cli": 6,
+    "rlkit.export": 6,
 }
 
 

@@ -141,3 +141,19 @@ def test_a_failing_learning_curve_plot_warns_and_the_run_succeeds(
     with pytest.warns(UserWarning, match="learning_curve.png not written"):
         history = RLTrainer(cfg).run()
     assert len(history) == 1
+
+
+def test_a_field_the_saved_run_lacked_counts_as_changed_only_off_its_default(tiny_model_dir):
+    # A run saved by an older rlkit has no entry for a newer field: at its default the
+    # field changes nothing; set to something else it is a change like any other.
+    import json
+
+    from rlkit.trainer.config import ExperimentConfig, ModelConfig
+    from rlkit.trainer.run_dir import config_differences, config_json
+
+    cfg = ExperimentConfig(model=ModelConfig(path=tiny_model_dir))
+    saved = json.loads(config_json(cfg))
+    del saved["trainer"]["export_freq"]
+    assert config_differences(saved, cfg) == []
+    cfg.trainer.export_freq = 5
+    assert config_differences(saved, cfg) == ["TrainerConfig.export_freq: '<absent>' -> 5"]

@@ -6,18 +6,21 @@
 - :func:`render_prompt`: messages to model text (chat template or plain);
 - :data:`CHAT_TEMPLATES` / :func:`resolve_chat_template`: templates that replace a
   tokenizer's own (``ModelConfig.chat_template``), e.g. SmolLM2's with tools;
-- :data:`SHARED_DATASETS` / :func:`shared_dataset_path` / :func:`load_shared_dataset`:
-  GSM8K, AIME 2024/2025 and MATH-500 from the shared data folder, with their rewards.
+- :data:`SHARED_DATASETS` / :func:`load_shared_dataset`: the dataset presets (GSM8K,
+  MATH-500, AIME 2024/2025, DAPO-Math-17k) with their rewards, read from
+  ``$RLKIT_DATA_DIR`` when set (:func:`shared_dataset_path`), else from the hub.
 """
 
 from rlkit.data.chat_rendering import render_prompt
 from rlkit.data.chat_templates import CHAT_TEMPLATES, resolve_chat_template
 from rlkit.data.instructions import BOXED_INSTRUCTION, GSM8K_INSTRUCTION
 from rlkit.data.prompt_dataset import (
+    DataUnavailableError,
     LoadReport,
     PromptDataError,
     load_prompt_dataset,
     load_report,
+    prompt_dataset_from_rows,
     write_parquet,
 )
 from rlkit.data.prompt_schema import (
@@ -29,10 +32,13 @@ from rlkit.data.prompt_schema import (
 )
 from rlkit.data.shared_datasets import (
     SHARED_DATASETS,
+    HubSource,
     SharedDataset,
     UnknownSharedDatasetError,
+    gsm8k_final_answer,
+    hub_rows,
     load_shared_dataset,
-    shared_data_dir,
+    local_data_dir,
     shared_dataset,
     shared_dataset_path,
 )
@@ -44,6 +50,8 @@ __all__ = [
     "FEATURES",
     "GSM8K_INSTRUCTION",
     "SHARED_DATASETS",
+    "DataUnavailableError",
+    "HubSource",
     "LoadReport",
     "PromptDataError",
     "SharedDataset",
@@ -51,12 +59,15 @@ __all__ = [
     "build_messages",
     "decode_extra_info",
     "encode_extra_info",
+    "gsm8k_final_answer",
+    "hub_rows",
     "load_prompt_dataset",
     "load_report",
     "load_shared_dataset",
+    "local_data_dir",
+    "prompt_dataset_from_rows",
     "render_prompt",
     "resolve_chat_template",
-    "shared_data_dir",
     "shared_dataset",
     "shared_dataset_path",
     "write_parquet",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,22 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
 PARQUET_SUFFIXES = (".parquet",)
 ON_ERROR = ("raise", "skip")
 _SPLIT_NAMES = ("train", "test", "validation", "val", "dev", "eval")
+#: Names a held-out split goes by; asking for one reads the first of these a source has.
+VALIDATION_SPLITS = ("validation", "val", "dev", "test", "eval")
 _REPORT_KEY = "rlkit.load_report"
 _MAX_REPORTED = 100
 
 
 class PromptDataError(ValueError):
     """A prompt dataset that cannot be loaded: the message names the file and line."""
+
+
+class DataUnavailableError(PromptDataError):
+    """A dataset that could not be fetched: a hub dataset neither reachable nor cached,
+    or a preset missing from ``$RLKIT_DATA_DIR``.
+
+    A :class:`PromptDataError`, so the commands report it as a user error (exit status 2,
+    one message, no traceback)."""
 
 
 @dataclass(frozen=True)
@@ -117,18 +127,71 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     return _table_rows(pq.read_table(path).to_pylist(), str(path))
 
 
+def _split_candidates(split: str) -> tuple[str, ...]:
+    if split not in VALIDATION_SPLITS:
+        return (split,)
+    return (split, *(s for s in VALIDATION_SPLITS if s != split))
+
+
 def _local_file(path: Path, split: str) -> Path:
     if not path.is_dir():
         return path
-    for suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES):
-        if (path / f"{split}{suffix}").is_file():
-            return path / f"{split}{suffix}"
+    for name in _split_candidates(split):
+        for suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES):
+            if (path / f"{name}{suffix}").is_file():
+                return path / f"{name}{suffix}"
     have = ", ".join(sorted(p.name for p in path.iterdir())) or "nothing"
     raise FileNotFoundError(f"{path} has no {split}.jsonl or {split}.parquet (it has {have})")
 
 
+def _hub_split(name: str, split: str) -> str:
+    """``split``, or for a held-out split the first of :data:`VALIDATION_SPLITS` the hub
+    dataset has (``validation`` asked of a train/test set reads ``test``)."""
+    candidates = _split_candidates(split)
+    if len(candidates) == 1:
+        return split
+    have = datasets.get_dataset_split_names(name)
+    for candidate in candidates:
+        if candidate in have:
+            return candidate
+    raise PromptDataError(f"{name} has no held-out split ({', '.join(candidates)}); it has {have}")
+
+
+def _hub_dataset(name: str, split: str) -> Any:
+    try:
+        return datasets.load_dataset(name, split=_hub_split(name, split))
+    except PromptDataError:
+        raise
+    except (OSError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+        # OSError includes ConnectionError (offline and not cached); ValueError a dataset
+        # that needs a config name or lacks the split.
+        raise DataUnavailableError(
+            f"{name!r} is not a local file or folder, and the Hugging Face hub dataset of "
+            f"that name could not be loaded ({type(exc).__name__}: {exc}); check the path, "
+            f"or connect once so the hub dataset is cached"
+        ) from exc
+
+
+def _hub_layout(path: Path) -> bool:
+    """A folder laid out like a hub dataset repository (a dataset card or ``data/``),
+    e.g. a ``huggingface-cli download`` snapshot: read by ``datasets.load_dataset``."""
+    return path.is_dir() and ((path / "README.md").is_file() or (path / "data").is_dir())
+
+
+def _has_split_file(path: Path, split: str) -> bool:
+    return any(
+        (path / f"{name}{suffix}").is_file()
+        for name in _split_candidates(split)
+        for suffix in (*JSONL_SUFFIXES, *PARQUET_SUFFIXES)
+    )
+
+
 def _rows(path_or_name: str, split: str) -> tuple[str, Iterator[tuple[str, Any]]]:
     path = Path(path_or_name).expanduser()
+    if _hub_layout(path) and not _has_split_file(path, split):
+        hub = _hub_dataset(str(path), split)
+        label = f"{path}[{hub.split or split}]"
+        return label, _table_rows(hub, label)
     if path.exists():
         path = _local_file(path, split)
         if path.suffix in PARQUET_SUFFIXES:
@@ -143,8 +206,9 @@ def _rows(path_or_name: str, split: str) -> tuple[str, Iterator[tuple[str, Any]]
         ("/", ".", "~")
     ):
         raise FileNotFoundError(f"{path_or_name}: no such file")
-    hub = datasets.load_dataset(path_or_name, split=split)
-    return f"{path_or_name}[{split}]", _table_rows(hub, f"{path_or_name}[{split}]")
+    hub = _hub_dataset(path_or_name, split)
+    label = f"{path_or_name}[{hub.split or split}]"
+    return label, _table_rows(hub, label)
 
 
 # -- mapping one row to the schema -------------------------------------------
@@ -184,7 +248,9 @@ def _standard_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
         raise _RowProblem(f"ground_truth must be a non-empty string, got {truth!r:.40}")
     extra = _extra_info(row)
     return {
-        "id": row.get("id", extra.get("index")),
+        # verl's files carry no id column: rlkit writes its id into extra_info["id"],
+        # verl's own scripts only a per-split extra_info["index"].
+        "id": row["id"] if row.get("id") is not None else extra.get("id", extra.get("index")),
         "prompt": [{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
         "ground_truth": truth.strip(),
         "data_source": row.get("data_source"),
@@ -273,7 +339,9 @@ def load_prompt_dataset(
     Args:
         path_or_name: a JSON Lines or Parquet file, a folder with
             ``<split>.jsonl`` / ``<split>.parquet``, or a hub dataset name.
-        split: the split of a folder or hub dataset (ignored for a file).
+        split: the split of a folder or hub dataset (ignored for a file); a held-out
+            name (``validation``, ``val``, ``dev``, ``test``, ``eval``) reads the first of
+            those the source has, so ``validation`` finds a train/test set's ``test``.
         question_key: the column holding the question.
         answer_key: the column holding the reference answer (a string).
         id_key: the column holding the id; rows without one get
@@ -294,12 +362,68 @@ def load_prompt_dataset(
         PromptDataError: a malformed row (``on_error="raise"``), an unsupported
             file type, or no usable rows at all.
         FileNotFoundError: a path that does not exist.
+        DataUnavailableError: (a ``PromptDataError``) a hub name that cannot be loaded
+            (offline and not cached, or no such dataset).
     """
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     source, rows = _rows(path_or_name, split)
-    keys = {"question": question_key, "answer": answer_key, "id": id_key}
-    options = {"instruction": instruction, "system_prompt": system_prompt}
+    return _build(
+        source,
+        rows,
+        keys={"question": question_key, "answer": answer_key, "id": id_key},
+        options={"instruction": instruction, "system_prompt": system_prompt},
+        data_source=data_source,
+        on_error=on_error,
+    )
+
+
+def prompt_dataset_from_rows(
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    source: str,
+    question_key: str = "question",
+    answer_key: str = "answer",
+    id_key: str = "id",
+    data_source: str | None = None,
+    instruction: str | None = None,
+    system_prompt: str | None = None,
+    on_error: str = "raise",
+) -> datasets.Dataset:
+    """:func:`load_prompt_dataset` for rows already in memory (e.g. a hub dataset's,
+    normalised by a preset): the same schema, checks, ids and load report.
+
+    Args:
+        rows: mappings with a question and an answer, or rows in rlkit's or verl's schema.
+        source: the name error messages and the load report give the rows
+            (``"<name>[<split>]"``); also the default ``data_source``.
+        question_key, answer_key, id_key, data_source, instruction, system_prompt,
+            on_error: as for :func:`load_prompt_dataset`.
+
+    Raises:
+        PromptDataError: a malformed row (``on_error="raise"``) or no usable rows.
+    """
+    if on_error not in ON_ERROR:
+        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+    return _build(
+        source,
+        _table_rows(rows, source),
+        keys={"question": question_key, "answer": answer_key, "id": id_key},
+        options={"instruction": instruction, "system_prompt": system_prompt},
+        data_source=data_source,
+        on_error=on_error,
+    )
+
+
+def _build(
+    source: str,
+    rows: Iterator[tuple[str, Any]],
+    *,
+    keys: dict[str, str],
+    options: dict[str, Any],
+    data_source: str | None,
+    on_error: str,
+) -> datasets.Dataset:
     sources = (data_source, _default_source(source))
     examples, skipped = _collect(rows, keys, options, sources, on_error)
     if not examples:

@@ -1,10 +1,17 @@
-"""``rlkit eval MODEL_DIR --dataset gsm8k|aime2024|aime2025|math500|FILE [options]``.
+"""``rlkit eval MODEL_DIR --dataset gsm8k|math500|aime2024|aime2025|FILE [options]``.
+
+A preset name reads ``$RLKIT_DATA_DIR/<name>/<split>.jsonl`` (or ``.parquet``) when
+``RLKIT_DATA_DIR`` is set, else the public Hugging Face hub dataset (cached as usual);
+see :mod:`rlkit.data.shared_datasets`.
 
 Generates through a rollout engine (``--engine hf`` in this process, or
 ``--engine sglang`` with ``--engine-option key=value`` for the servers), scores
 with the dataset's reward, prints accuracy (mean@n) and pass@k (Chen et al.
 2021, arXiv:2107.03374) for k = 1, 2, 4, ..., n, and writes one JSON record per
 problem to ``--output`` (plus ``<output>.summary.json``).
+
+Exit status: 0 done; 2 a user error (unusable data, e.g. a preset that is neither in
+``$RLKIT_DATA_DIR`` nor reachable on the hub), reported as one message.
 
 Examples::
 
@@ -24,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from rlkit.data import SHARED_DATASETS
+
+USER_ERROR_EXIT = 2
 
 
 def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
@@ -57,9 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dataset",
         required=True,
-        help=f"a shared set ({', '.join(SHARED_DATASETS)}) or a JSONL/Parquet file",
+        help=f"a preset ({', '.join(SHARED_DATASETS)}) or a JSONL/Parquet file",
     )
-    parser.add_argument("--split", default="test", help="split of a shared set (default test)")
+    parser.add_argument("--split", default="test", help="split of a preset (default test)")
     parser.add_argument("--limit", type=int, default=None, help="evaluate the first N problems")
     parser.add_argument("--n", type=int, default=1, help="responses per problem (default 1)")
     parser.add_argument(
@@ -248,7 +257,14 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(max(1, args.num_threads))
     started = time.perf_counter()
-    dataset, reward = load_dataset_for_eval(args)
+    from rlkit.data import PromptDataError
+
+    try:
+        dataset, reward = load_dataset_for_eval(args)
+    except (PromptDataError, FileNotFoundError, ValueError) as exc:
+        # Unusable data is the user's to fix: one message and exit status 2, no traceback.
+        print(f"rlkit eval: {exc}", file=sys.stderr)
+        return USER_ERROR_EXIT
     tokenizer = load_tokenizer(args.model)
     with build_engine(args, tokenizer, args.n) as engine:
         report = evaluate(

@@ -223,7 +223,8 @@ class TrainingBackend:
             raise ValueError(
                 "cpu_offload=True moves FSDP2 shards from an accelerator to host memory; it needs "
                 f"an accelerator and sharding (accelerator found: {not cpu}, sharded: {sharded}). "
-                "Set cpu_offload=False."
+                "Set cpu_offload=False (TrainerConfig.cpu_offload); on an accelerator with one "
+                "process, shard with strategy='fsdp2' (TrainerConfig.backend_strategy)."
             )
         _warn_if_single_process_launch()
         self._closed = False
@@ -439,8 +440,9 @@ class TrainingBackend:
         """Write model and optimizer state, one shard per process. Collective.
 
         Format: ``torch.distributed.checkpoint`` (``.metadata`` + ``__<rank>_0.distcp``),
-        also with one unsharded process. (DCP can also load into a different number of
-        processes; rlkit has no test of that.)
+        also with one unsharded process. :meth:`load_sharded` reads it into any number of
+        processes, sharded or not (DCP reshards; tests/distributed/test_resume_resharding.py),
+        and ``rlkit export`` into one plain process without a process group.
 
         Args:
             directory: an EXISTING directory (shared by all processes).

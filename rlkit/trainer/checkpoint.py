@@ -8,14 +8,21 @@ pointer file ``latest`` is replaced atomically afterwards, so a kill at any
 moment leaves the previous checkpoint intact and loadable; a failed write (e.g. a full
 disk) also deletes the partial directory and says so. Assumes the output
 directory is on a filesystem all processes share (as multi-node training does).
+
+A checkpoint loads into any number of processes, not only the number that saved it
+(``torch.distributed.checkpoint`` reshards); see :meth:`CheckpointManager._rng_state` for
+the random streams of ranks the saving run did not have, and ``rlkit export`` for reading
+one in a single plain process.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,27 @@ def capture_rng_state(platform: Any) -> dict[str, Any]:
         "numpy": np.random.get_state(),
         "torch": torch.get_rng_state(),
         "device": platform.get_rng_state(),
+    }
+
+
+def derived_rng_seed(rank0_state: dict[str, Any], rank: int) -> int:
+    """A seed for ``rank`` from rank 0's saved RNG states: distinct per rank, and different
+    for runs with different seeds (their rank-0 streams differ)."""
+    digest = hashlib.sha256(rank0_state["torch"].numpy().tobytes()).digest()
+    entropy = [int.from_bytes(digest[:8], "little"), rank]
+    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint64)[0] % 2**63)
+
+
+def seeded_rng_state(seed: int) -> dict[str, Any]:
+    """Python, NumPy and torch CPU states after seeding each with ``seed`` (no accelerator
+    state: :func:`restore_rng_state` then leaves the accelerator's stream as it is, seeded
+    by the run's setup), without changing this process's own states."""
+    torch_state = torch.Generator().manual_seed(seed).get_state()
+    return {
+        "python": random.Random(seed).getstate(),
+        "numpy": np.random.RandomState(seed % 2**32).get_state(),
+        "torch": torch_state,
+        "device": None,
     }
 
 
@@ -137,7 +165,10 @@ class CheckpointManager:
         path: str | Path,
         modules: dict[str, tuple[torch.nn.Module, torch.optim.Optimizer | None]],
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Load weights/optimizers into ``modules``; return (trainer_state, this rank's rng_state)."""
+        """Load weights/optimizers into ``modules``; return (trainer_state, this rank's rng_state).
+
+        ``path`` may have been saved by another number of processes: see :meth:`_rng_state`.
+        """
         path = Path(path)
         if not (path / COMPLETE).exists():
             raise FileNotFoundError(
@@ -149,15 +180,42 @@ class CheckpointManager:
                     f"checkpoint {path} has no '{name}' state; was it saved by this experiment?"
                 )
             self.backend.load_sharded(str(path / name), module, optimizer)
-        rng_file = path / f"rng_rank{self.backend.process_index}.pt"
-        if not rng_file.exists():
-            raise FileNotFoundError(
-                f"{rng_file} missing: the checkpoint was written by fewer processes; resume "
-                f"with the same number of processes for a bitwise-identical continuation"
-            )
         trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
-        rng_state = torch.load(rng_file, weights_only=False)
-        return trainer_state, rng_state
+        return trainer_state, self._rng_state(path)
+
+    def _rng_state(self, path: Path) -> dict[str, Any]:
+        """This rank's saved RNG states; for a rank the saving run did not have, states
+        seeded from rank 0's saved ones and the rank (with a warning).
+
+        Weights and optimizer state reshard to any number of processes (DCP reads each
+        process's part from whichever shards hold it), and the data sampler is global, so a
+        run resumes with another process count; only its random streams cannot continue
+        bitwise. The derived seed is deterministic: resuming the same checkpoint twice with
+        the same process count gives the same run.
+        """
+        rank = self.backend.process_index
+        saved = sorted(path.glob("rng_rank*.pt"))
+        rng_file = path / f"rng_rank{rank}.pt"
+        if len(saved) != self.backend.num_processes and self.backend.is_main_process:
+            warnings.warn(
+                f"{path.name} was saved by {len(saved)} process(es) and is resumed by "
+                f"{self.backend.num_processes}: weights and optimizer state are resharded, and "
+                "the continuation is not bitwise identical to a run with the saving process "
+                "count",
+                stacklevel=3,
+            )
+        if rng_file.exists():
+            return torch.load(rng_file, weights_only=False)
+        rank0 = path / "rng_rank0.pt"
+        if not rank0.exists():
+            raise FileNotFoundError(f"{rank0} missing: {path} holds no RNG state to resume from")
+        seed = derived_rng_seed(torch.load(rank0, weights_only=False), rank)
+        warnings.warn(
+            f"{rng_file.name} missing (the checkpoint was written by fewer processes): rank "
+            f"{rank} continues from seed {seed}, derived from rank 0's saved RNG state",
+            stacklevel=3,
+        )
+        return seeded_rng_state(seed)
 
     def _prune(self) -> None:
         complete = sorted(

@@ -35,6 +35,11 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.resume_mode",
         "TrainerConfig.overwrite",
         "TrainerConfig.export_hf_at_end",
+        "TrainerConfig.export_freq",
+        "TrainerConfig.cpu_offload",  # where the shards live, not what they compute
+        "TrainerConfig.loggers",
+        "TrainerConfig.project_name",
+        "TrainerConfig.experiment_name",
         "TrainerConfig.tensorboard",
         "TrainerConfig.progress_bar",
         "TrainerConfig.plot_learning_curve",
@@ -59,6 +64,7 @@ RUN_OUTPUTS = (
     "resolved_config.resume_step_*.json",
     "learning_curve.png",
     "hf_model",
+    "hf_exports",
 )
 
 # ``repr`` of functions and objects embeds a memory address that differs between processes.
@@ -88,11 +94,15 @@ def config_differences(saved: dict[str, Any], cfg: Any) -> list[str]:
     sections = {f.name: type(getattr(cfg, f.name)).__name__ for f in dataclasses.fields(cfg)}
     old = _flatten(saved, sections)
     new = _flatten(json.loads(config_json(cfg)), sections)
+    # A field the saved run did not have yet (a newer rlkit) left at its default changes
+    # nothing: that run behaved as the default does.
+    defaults = _flatten(json.loads(config_json(type(cfg)())), sections)
     missing = object()
     return [
         f"{key}: {old.get(key, '<absent>')!r} -> {new.get(key, '<absent>')!r}"
         for key in sorted(old.keys() | new.keys())
         if old.get(key, missing) != new.get(key, missing)
+        and not (key not in old and new.get(key, missing) == defaults.get(key, missing))
     ]
 
 
