@@ -401,6 +401,10 @@ ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine", home=
 AGENT_LOOPS: Registry[Callable[..., Any]] = Registry("agent loop", home="rlkit.rollout.agent_loop")
 TOOLS: Registry[Callable[..., Any]] = Registry("tool", home="rlkit.tools")
 INTERACTIONS: Registry[Callable[..., Any]] = Registry("interaction", home="rlkit.interactions")
+#: Metric sinks (console, jsonl, tensorboard, wandb, mlflow, swanlab): factories called
+#: with a ``rlkit.logging.LoggerContext``; each registration's ``fix=`` is the advice shown
+#: when it fails to start.
+LOGGERS: Registry[Callable[..., Any]] = Registry("logger", home="rlkit.logging")
 
 #: Registries shown by ``rlkit list``, keyed by the CLI's group name.
 LISTED: dict[str, Registry[Any]] = {

@@ -1,6 +1,24 @@
-"""Run outputs: TensorBoard event files, a JSON-lines metrics file, a console bar, plots."""
+"""Run outputs: a JSON-lines metrics file, TensorBoard event files, a console bar,
+experiment trackers (wandb, MLflow, SwanLab), plots."""
 
 from rlkit.logging.learning_curve import plot_learning_curves
-from rlkit.logging.metrics_logger import MetricsLogger, read_metrics, repair_metrics
+from rlkit.logging.metrics_logger import (
+    LoggerStartWarning,
+    MetricsLogger,
+    default_loggers,
+    read_metrics,
+    repair_metrics,
+)
+from rlkit.logging.trackers import LoggerContext, Sink, mlflow_key
 
-__all__ = ["MetricsLogger", "plot_learning_curves", "read_metrics", "repair_metrics"]
+__all__ = [
+    "LoggerContext",
+    "LoggerStartWarning",
+    "MetricsLogger",
+    "Sink",
+    "default_loggers",
+    "mlflow_key",
+    "plot_learning_curves",
+    "read_metrics",
+    "repair_metrics",
+]

@@ -12,6 +12,7 @@ in :class:`AlgorithmConfig`; adding an algorithm never needs a trainer change.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
@@ -80,6 +81,9 @@ class DataConfig:
     truncation: str = "error"
     """Prompt longer than ``max_prompt_length``: error | left (keep the end) | filter (drop)."""
     shuffle: bool = True
+    on_error: str = "raise"
+    """A malformed data row (bad JSON, no question or answer, duplicate id): ``raise`` names
+    it and stops; ``skip`` drops it (the run prints how many, per split)."""
     reward: str = "gsm8k"
     """Reward function name (``rlkit list rewards``), ``package.module:function`` or
     ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md."""
@@ -284,8 +288,27 @@ class TrainerConfig:
     platform: str | None = None
     """Force a platform (cpu | cuda | npu); None = detect."""
     export_hf_at_end: bool = False
+    export_freq: int = 0
+    """Write the actor as a Hugging Face model every N steps (0 = never), to
+    ``<output_dir>/hf_exports/global_step_N`` (all kept; ``export_hf_at_end`` writes
+    ``<output_dir>/hf_model``)."""
+    cpu_offload: bool = False
+    """Keep FSDP2's parameter, gradient and optimizer shards in host memory
+    (``CPUOffloadPolicy``): less accelerator memory, slower steps. Needs an accelerator and
+    sharding (several processes, or ``backend_strategy="fsdp2"``); refused otherwise."""
     tensorboard: bool = True
+    """Write TensorBoard events; False also drops ``"tensorboard"`` from ``loggers``."""
     progress_bar: bool = True
+    """Show a console progress bar; False also drops ``"console"`` from ``loggers``."""
+    loggers: tuple[str, ...] = ("console", "jsonl", "tensorboard")
+    """Metric sinks, by name in ``rlkit.registry.LOGGERS`` (console | jsonl | tensorboard |
+    wandb | mlflow | swanlab) or ``"pkg.module:factory"``. ``metrics.jsonl`` is written
+    whatever the list says; a tracker that fails to start is dropped with a warning
+    (docs/tracking.md)."""
+    project_name: str = "rlkit"
+    """The project (wandb, SwanLab) or experiment (MLflow) a tracker files the run under."""
+    experiment_name: str = ""
+    """The run's name in a tracker; "" = the name of ``output_dir``."""
     plot_learning_curve: bool = True
     num_threads: int | None = None
     """torch intra-op threads (None = torch's default)."""
@@ -573,6 +596,43 @@ class ResumeMode:
         return "auto|disable|an existing checkpoint path"
 
 
+@dataclass(frozen=True)
+class LoggerNames(OfType):
+    """A list or tuple of logger names: registered ones, or ``module:factory`` paths
+    (imported when the run starts, not here)."""
+
+    kind: type = tuple
+    description: str = "a list of logger names"
+
+    def problem(self, value: Any) -> str | None:
+        from rlkit.registry import LOGGERS
+
+        known = ", ".join(LOGGERS.names())
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            return f"a list of logger names ({known})"
+        if any(":" not in v and v not in LOGGERS for v in value):
+            return f"a list of {known} or 'pkg.module:factory' names"
+        return None
+
+
+@dataclass(frozen=True)
+class TrackerName(OfType):
+    """A name every tracker accepts as a project: letters, digits, ``_ - + .`` (SwanLab's
+    rule, the strictest of the three), up to 100 characters."""
+
+    kind: type = str
+    description: str = "a name of letters, digits, '_', '-', '+' or '.' (at most 100)"
+    empty: bool = False
+    """``""`` is allowed too (a default chosen at run time)."""
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, str) and (
+            (self.empty and value == "") or re.fullmatch(r"[0-9A-Za-z_\-+.]{1,100}", value)
+        ):
+            return None
+        return self.description + (' or ""' if self.empty else "")
+
+
 FLAG = OfType(bool, "True or False")
 MAPPING = OfType(dict, "a dict")
 COUNT = Number(integer=True, ge=1)
@@ -589,6 +649,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "val_limit": Number(integer=True, ge=0, optional=True),  # 0 = all, as None
         "max_prompt_length": COUNT,
         "truncation": Choice(("error", "left", "filter")),
+        "on_error": Choice(("raise", "skip")),
         "reward_timeout_s": POSITIVE,
         "reward_workers": NON_NEGATIVE_INT,
         "reward_deadline_s": Number(gt=0, optional=True),
@@ -666,6 +727,10 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "backend_strategy": Choice(("auto", "fsdp2", "none")),
         "mixed_precision": Choice(("no", "bf16", "fp16")),
         "num_threads": Number(integer=True, ge=1, optional=True),
+        "loggers": LoggerNames(),
+        "project_name": TrackerName(),
+        "experiment_name": TrackerName(empty=True),
+        "export_freq": NON_NEGATIVE_INT,  # 0 = only the end-of-run export, if any
     },
 }
 """Section -> field -> rule; see :func:`rules_for` for the implied ``bool``/``dict`` ones."""

@@ -65,6 +65,9 @@ RUN_OUTPUTS = (
     "learning_curve.png",
     "hf_model",
     "hf_exports",
+    "wandb",  # the trackers' offline folders (rlkit/logging/trackers.py)
+    "mlruns",
+    "swanlog",
 )
 
 # ``repr`` of functions and objects embeds a memory address that differs between processes.

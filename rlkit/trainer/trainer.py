@@ -76,6 +76,7 @@ class RLTrainer:
         self.step_count = 0
         self.metrics_history: list[dict[str, float]] = []
         self.rollout_gauges: dict[str, float] = {}  # the engine's server states (_note_gauges)
+        self.num_skipped_rows: dict[str, int] = {}  # malformed data rows, per split (on_error)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> None:
@@ -92,6 +93,7 @@ class RLTrainer:
         self.backend = TrainingBackend(
             strategy=cfg.trainer.backend_strategy,
             mixed_precision=cfg.trainer.mixed_precision,
+            cpu_offload=cfg.trainer.cpu_offload,
             seed=cfg.trainer.seed,
         )
         self.rank, self.world = self.backend.process_index, self.backend.num_processes
@@ -169,6 +171,10 @@ class RLTrainer:
                 # Resumed: steps after the checkpoint are logged again; a new run (in auto
                 # mode, over an attempt that saved no checkpoint) starts the file over.
                 keep_through_step=-1 if resumed_step is None else resumed_step,
+                loggers=cfg.trainer.loggers,
+                project_name=cfg.trainer.project_name,
+                experiment_name=cfg.trainer.experiment_name,
+                config=cfg,  # trackers record the configuration with the run
             )
             self._print(
                 f"rlkit: platform={self.platform.name} processes={self.world} "
@@ -207,7 +213,12 @@ class RLTrainer:
         return tok
 
     def _load_prompts(self, split: str) -> PromptSet:
-        from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
+        from rlkit.data import (
+            SHARED_DATASETS,
+            load_prompt_dataset,
+            load_report,
+            load_shared_dataset,
+        )
 
         d = self.cfg.data
         options = {
@@ -234,8 +245,8 @@ class RLTrainer:
         except ValueError:  # a dataset_fn's own dataset carries no load report
             skipped = 0
         if skipped:
-            # Read by the step metrics as train/num_skipped_rows (val: val/num_skipped_rows).
-            self.num_skipped_rows = {**getattr(self, "num_skipped_rows", {}), split: skipped}
+            # Kept per split (``{"train": n, "val": m}``) for the run's metrics and report.
+            self.num_skipped_rows[split] = skipped
             self._print(f"rlkit: {split} data: skipped {skipped} malformed rows (on_error=skip)")
         if split == "val" and d.val_limit:
             dataset = dataset.select(range(min(d.val_limit, len(dataset))))
@@ -460,6 +471,9 @@ class RLTrainer:
             self.metrics_history.append(metrics)
             if (t.save_freq and self.step_count % t.save_freq == 0) or (last and t.save_at_end):
                 self.save_checkpoint()
+            if t.export_freq and self.step_count % t.export_freq == 0:
+                export_dir = self.out_dir / "hf_exports" / f"global_step_{self.step_count}"
+                self.weights.save_pretrained(str(export_dir))
         if t.export_hf_at_end:
             self.weights.save_pretrained(str(self.out_dir / "hf_model"))
         if self.is_main and t.plot_learning_curve and (self.out_dir / "metrics.jsonl").exists():
@@ -730,6 +744,7 @@ class RLTrainer:
             "train/num_gen_batches": float(num_gen),
             "train/num_truncated_prompts": float(self.train_prompts.num_truncated),
             "train/num_filtered_prompts": float(self.train_prompts.num_filtered),
+            "train/num_skipped_rows": float(self.num_skipped_rows.get("train", 0)),
             **rollout.metrics,
             **loop_metrics(rollout.trajectories),
             **self.rollout_gauges,

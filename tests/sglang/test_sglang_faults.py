@@ -61,9 +61,20 @@ def test_killing_a_server_mid_rollout_loses_no_prompt(engine, hf_models):
     time.sleep(1.0)
     assert not [p for p in tree if alive(p)]
 
-    # The dead server is restarted from the newest snapshot and serves again.
+    # Its restart is killed too, while the new server starts: the pool tries again
+    # (restarts remain), and the server is restarted from the newest snapshot and serves.
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+        victim.restarting
+        and victim.server.process is not None
+        and victim.server.process.pid != tree[0]
+        and alive(victim.server.process.pid)
+    ):
+        time.sleep(0.01)
+    os.killpg(victim.server.process.pid, signal.SIGKILL)
     engine.pool.wait_restarts(timeout_s=300)
-    assert victim.usable and victim.restarts == 1
+    assert victim.usable and victim.restarts == 2
+    assert "restart failed" in victim.last_error
     served = victim.served
     batch = engine.generate(prompts[:16], SamplingParams(max_new_tokens=8, temperature=0.0))
     assert victim.served > served

@@ -12,12 +12,15 @@ server (a URL) rejoins when ``/health`` answers again.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from rlkit.rollout.sglang.server import SGLangServer, http_ok
+
+logger = logging.getLogger(__name__)
 
 
 class RolloutError(RuntimeError):
@@ -135,22 +138,34 @@ class ServerPool:
                 endpoint._restart_future = self._executor.submit(self._restart, endpoint)
 
     def _restart(self, endpoint: Endpoint) -> None:
-        if self._closing:
-            return
-        model_path, version, stale = self.restart_args()
-        try:
-            assert endpoint.server is not None
-            endpoint.server.restart(model_path=model_path, weight_version=version)
-        except Exception as exc:  # recorded; the pool is then smaller
+        """Restart ``endpoint``'s server; a restart that fails (the new server dies while
+        starting) is tried again while the endpoint has restarts left."""
+        while not self._closing:
+            logger.warning(
+                "SGLang server %s is down (%s); restart %d of %d",
+                endpoint.url,
+                endpoint.last_error,
+                endpoint.restarts,
+                self.max_restarts,
+            )
+            model_path, version, stale = self.restart_args()
+            try:
+                assert endpoint.server is not None
+                endpoint.server.restart(model_path=model_path, weight_version=version)
+            except Exception as exc:
+                with self._lock:
+                    endpoint.last_error = f"restart failed: {exc}"
+                    if endpoint.restarts < self.max_restarts and not self._closing:
+                        endpoint.restarts += 1
+                        continue
+                    endpoint.restarting = False  # out of restarts: the pool is smaller
+                    endpoint.healthy = False
+                return
             with self._lock:
-                endpoint.last_error = f"restart failed: {exc}"
+                endpoint.healthy = True
+                endpoint.stale = stale
                 endpoint.restarting = False
-                endpoint.healthy = False
             return
-        with self._lock:
-            endpoint.healthy = True
-            endpoint.stale = stale
-            endpoint.restarting = False
 
     def recheck(self) -> None:
         """Put attached endpoints that answer ``/health`` again back into rotation."""
