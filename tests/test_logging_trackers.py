@@ -266,3 +266,20 @@ def test_logger_fields_are_validated(field, value):
     )
     with pytest.raises(ValueError, match=f"TrainerConfig.{field} must be "):
         cfg.validate()
+
+
+def test_a_full_disk_while_logging_says_so_and_names_the_file(tmp_path):
+    # /dev/full is a real device whose every write fails with ENOSPC.
+    import errno
+    import os
+
+    from rlkit.logging.trackers import JsonlSink, LoggerContext
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full (Linux)")
+    (tmp_path / "metrics.jsonl").symlink_to("/dev/full")
+    sink = JsonlSink(LoggerContext(output_dir=tmp_path, total_steps=1))
+    with pytest.raises(OSError, match="no space left on device while logging step 3 to") as info:
+        sink.log({"actor/pg_loss": 0.5}, 3)
+    assert info.value.errno == errno.ENOSPC and "metrics.jsonl" in str(info.value)
+    sink.close()

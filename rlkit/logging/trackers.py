@@ -12,6 +12,7 @@ sink starts; each registration carries ``fix=``, the advice a failure to start s
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -113,9 +114,19 @@ class JsonlSink:
             **{k: (v if math.isfinite(v) else str(v)) for k, v in metrics.items()},
         }
         line = (json.dumps(record) + "\n").encode("utf-8")
-        written = self.file.write(line)
-        while written < len(line):  # a raw write may be short (e.g. interrupted); finish it
-            written += self.file.write(line[written:])
+        try:
+            written = self.file.write(line)
+            while written < len(line):  # a raw write may be short (e.g. interrupted)
+                written += self.file.write(line[written:])
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise OSError(
+                exc.errno,
+                f"no space left on device while logging step {step} to {self.file.name}; the "
+                "checkpoints already written are intact: free space and run the same command "
+                "to resume (a partial last line is repaired then)",
+            ) from exc
 
     def close(self) -> None:
         self.file.close()
