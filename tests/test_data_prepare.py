@@ -163,7 +163,11 @@ def _fake_trainer(tokenizer, **data):
         model=ModelConfig(path="unused"), data=DataConfig(use_chat_template=False, **data)
     )
     return SimpleNamespace(
-        cfg=cfg, tokenizer=tokenizer, _tool_schemas=lambda: None, _print=lambda text: None
+        cfg=cfg,
+        tokenizer=tokenizer,
+        num_skipped_rows={},
+        _tool_schemas=lambda: None,
+        _print=lambda text: None,
     )
 
 

@@ -73,7 +73,8 @@ def test_sweep_tabulates_plots_records_failures_and_resumes(sweep_file, tmp_path
         assert 0.0 <= final <= best <= 1.0
         assert row["best_step val/arithmetic/pass@2"] in ("0.0", "1.0", "2.0")
     failed = rows[2]
-    assert failed["error"] == "exit status 1" and failed["log"].endswith("train.log")
+    # An unknown estimator is a user error: rlkit train exits with status 2.
+    assert failed["error"] == "exit status 2" and failed["log"].endswith("train.log")
     assert "no_such_estimator" in (out / names[2] / "train.log").read_text()
 
     markdown = (out / "results.md").read_text()
