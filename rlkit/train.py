@@ -117,6 +117,20 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         trainer.run()
     except (FileNotFoundError, PromptDataError, JudgeError, RewardFailure) as exc:
         raise UserError(str(exc)) from exc
+    _close_launched_process_group()
+
+
+def _close_launched_process_group() -> None:
+    """After a finished run under ``accelerate launch``: wait for every process, then destroy
+    the process group the launcher created. Left to interpreter exit, gloo's threads may be
+    torn down while another process still talks to them, and a finished run aborts
+    (``terminate called without an active exception``). Only on success: after an error
+    the other processes may never reach the barrier."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def interrupted_message(argv: list[str], config: ExperimentConfig | None, trainer: Any) -> str:

@@ -96,4 +96,4 @@ def test_sweep_tabulates_plots_records_failures_and_resumes(sweep_file, tmp_path
     assert printed.count("already completed, skipped") == 2
     assert {n: (out / n / "metrics.jsonl").stat().st_mtime_ns for n in names[:2]} == stamps
     status = json.loads((out / names[2] / "sweep_run.json").read_text())
-    assert status["status"] == "failed" and status["returncode"] == 1
+    assert status["status"] == "failed" and status["returncode"] == 2  # a user error
