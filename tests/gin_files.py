@@ -40,3 +40,19 @@ def _literal(value: Any) -> str:
     if isinstance(value, str) and value.startswith("@"):
         return value
     return repr(value)
+
+
+LENGTH_REWARD_RUN = {
+    "arithmetic_dataset.limit": 16,
+    "DataConfig.reward": "length_penalty",
+    "DataConfig.reward_options": {"max_response_length": 6},
+    "DataConfig.val_limit": None,
+    "RolloutConfig.n": 2,
+    "RolloutConfig.val_n": 1,
+    "AlgorithmConfig.use_kl_loss": False,
+    "OptimConfig.lr": 1e-3,
+    "OptimConfig.ppo_mini_batch_size": 4,
+    "OptimConfig.micro_batch_size": 4,
+}
+"""Bindings of checkpoint tests: 16 prompts x 2 responses whose rewards differ by length,
+so every step has a gradient."""

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.export import main as export_main
 from tests.experiment_factory import LENGTH_REWARD, small_experiment
+from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
 
 # Fixed token ids, all below the demo model's vocabulary size.
 INPUT_IDS = torch.tensor([[5, 17, 40, 41, 3, 60, 61, 9], [70, 12, 13, 80, 4, 4, 90, 100]])
@@ -131,37 +132,18 @@ def test_lora_adapters_are_merged(demo_model_dir, tmp_path):
     torch.testing.assert_close(logprobs(model), run.actor_logprobs, rtol=0, atol=1e-5)
 
 
-TWO_PROCESS_GIN = """
-include 'presets/grpo.gin'
-ModelConfig.path = "{model}"
-DataConfig.dataset_fn = @arithmetic_dataset
-arithmetic_dataset.limit = 16
-DataConfig.reward = "length_penalty"
-DataConfig.reward_options = {{"max_response_length": 6}}
-DataConfig.max_prompt_length = 16
-DataConfig.train_batch_size = 4
-DataConfig.val_limit = None
-RolloutConfig.n = 2
-RolloutConfig.max_response_length = 6
-AlgorithmConfig.use_kl_loss = False
-OptimConfig.lr = 1e-3
-OptimConfig.ppo_mini_batch_size = 4
-OptimConfig.micro_batch_size = 4
-TrainerConfig.total_steps = 1
-TrainerConfig.export_hf_at_end = True
-TrainerConfig.output_dir = "{out}"
-TrainerConfig.progress_bar = False
-TrainerConfig.plot_learning_curve = False
-"""
-
-
 @pytest.mark.distributed
 @pytest.mark.slow
 def test_one_process_exports_a_two_process_sharded_checkpoint(demo_model_dir, tmp_path):
     from tests.distributed.test_trainer_two_processes import train_two_processes
 
     out = tmp_path / "run"
-    train_two_processes(TWO_PROCESS_GIN.format(model=demo_model_dir, out=out), tmp_path)
+    bindings = {
+        **LENGTH_REWARD_RUN,
+        "TrainerConfig.total_steps": 1,
+        "TrainerConfig.export_hf_at_end": True,
+    }
+    train_two_processes(arithmetic_gin(demo_model_dir, out, bindings), tmp_path)
     ckpt = out / "checkpoints" / "global_step_1"
     assert len(list((ckpt / "actor").glob("*.distcp"))) == 2
     assert export_main([str(ckpt), str(tmp_path / "hf")]) == 0

@@ -21,39 +21,22 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.distributed.launch import launch_env
 from tests.distributed.test_trainer_two_processes import train_two_processes
+from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 LR, BETAS, EPS = 1e-3, (0.9, 0.999), 1e-8
 
-GIN = """
-include 'presets/grpo.gin'
-ModelConfig.path = "{model}"
-DataConfig.dataset_fn = @arithmetic_dataset
-arithmetic_dataset.limit = 16
-DataConfig.reward = "length_penalty"
-DataConfig.reward_options = {{"max_response_length": 6}}
-DataConfig.max_prompt_length = 16
-DataConfig.train_batch_size = 4
-DataConfig.val_limit = None
-RolloutConfig.n = 2
-RolloutConfig.max_response_length = 6
-AlgorithmConfig.use_kl_loss = False
-OptimConfig.lr = 1e-3
-OptimConfig.ppo_mini_batch_size = 4
-OptimConfig.micro_batch_size = 4
-TrainerConfig.total_steps = {steps}
-TrainerConfig.max_checkpoints_to_keep = 3
-TrainerConfig.output_dir = "{out}"
-TrainerConfig.progress_bar = False
-TrainerConfig.plot_learning_curve = False
-"""
-
 
 def train(processes: int, steps: int, model: str, out: Path, tmp_path: Path) -> str:
     """``rlkit train`` to ``steps`` (resuming ``out``'s checkpoint); returns its output."""
-    text = GIN.format(model=model, out=out, steps=steps)
+    bindings = {
+        **LENGTH_REWARD_RUN,
+        "TrainerConfig.total_steps": steps,
+        "TrainerConfig.max_checkpoints_to_keep": 3,
+    }
+    text = arithmetic_gin(model, out, bindings)
     if processes == 2:
         proc = train_two_processes(text, tmp_path)
     else:
