@@ -27,7 +27,7 @@ from typing import Any
 from rewards.batched_reward import resolve_reward
 from rewards.context import RewardContext, context_kwargs, fields_read
 from rewards.time_limit import RewardTimeout, call_with_time_limit
-from rewards.worker_pool import CallResult, RewardWorkerPool
+from rewards.worker_pool import DEADLINE_MESSAGE, CallResult, RewardWorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +46,22 @@ class BatchScores:
             ``"score"``, or ``{"error": message}`` for a failed call.
         num_errors: calls that raised, returned an invalid value, or lost their worker.
         num_timeouts: calls that ran out of time.
+        num_past_deadline: the timeouts the batch's deadline caused (calls cut off or
+            never started when ``deadline_s`` passed).
     """
 
     scores: list[float]
     infos: list[dict[str, Any]] = field(default_factory=list)
     num_errors: int = 0
     num_timeouts: int = 0
+    num_past_deadline: int = 0
 
     def metrics(self) -> dict[str, float]:
         """Numbers to log.
 
         Returns:
-            ``reward/num_errors``, ``reward/num_timeouts``; for a non-empty batch
+            ``reward/num_errors``, ``reward/num_timeouts``, ``reward/num_past_deadline``;
+            for a non-empty batch
             also ``reward/mean``, ``reward/min``, ``reward/max``; and
             ``reward/<field>``, the mean of every numeric extra field over the
             rows that have it (strings such as ``error`` are not averaged).
@@ -65,6 +69,7 @@ class BatchScores:
         out = {
             "reward/num_errors": float(self.num_errors),
             "reward/num_timeouts": float(self.num_timeouts),
+            "reward/num_past_deadline": float(self.num_past_deadline),
         }
         if self.scores:
             out["reward/mean"] = sum(self.scores) / len(self.scores)
@@ -144,6 +149,7 @@ def close_pools() -> None:
 
 
 PHASE_DEADLINE_MESSAGE = "the batch's deadline passed before this call ran"
+_DEADLINE_MESSAGES = (PHASE_DEADLINE_MESSAGE, DEADLINE_MESSAGE)
 
 
 def _score_inline(
@@ -260,7 +266,17 @@ def score_batch(
         results = _score_inline(fn, calls, timeout_s, deadline, hard_limit_s)
     else:
         results = _shared_pool(reward, num_workers).map(calls, timeout_s, deadline_s=deadline_s)
-    return _gather(results)
+    batch = _gather(results)
+    if batch.num_past_deadline:
+        logger.warning(
+            "the batch's reward deadline (%g s) passed: %d of %d calls scored 0 unfinished; "
+            "raise the deadline (DataConfig.reward_deadline_s) or score in parallel "
+            "(DataConfig.reward_workers)",
+            deadline_s,
+            batch.num_past_deadline,
+            len(results),
+        )
+    return batch
 
 
 # Per-row fields a batched reward reads from its contexts rather than from its options.
@@ -359,6 +375,7 @@ def _gather(results: list[CallResult]) -> BatchScores:
             score, info = 0.0, {"error": message}
             batch.num_timeouts += status == "timeout"
             batch.num_errors += status == "error"
+            batch.num_past_deadline += message in _DEADLINE_MESSAGES
             failures.append(message)
         batch.scores.append(score)
         batch.infos.append(info)

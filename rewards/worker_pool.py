@@ -77,6 +77,7 @@ class _Worker:
     ready: bool = False
     task: int | None = None
     deadline: float = float("inf")
+    batch_deadline_binds: bool = False  # the batch's deadline comes before the call's own
 
 
 @dataclass
@@ -216,7 +217,9 @@ class RewardWorkerPool:
                 continue
             worker.task = index
             own = time.monotonic() + timeout_s if timeout_s else float("inf")
-            worker.deadline = min(own, float("inf") if deadline is None else deadline)
+            batch = float("inf") if deadline is None else deadline
+            worker.deadline = min(own, batch)
+            worker.batch_deadline_binds = batch < own
 
     def _collect(self, results: list[CallResult | None]) -> None:
         now = time.monotonic()
@@ -260,7 +263,8 @@ class RewardWorkerPool:
         now = time.monotonic()
         for worker in list(self._workers):
             if worker.task is not None and now >= worker.deadline:
-                results[worker.task] = CallResult("timeout", message="time limit exceeded")
+                message = DEADLINE_MESSAGE if worker.batch_deadline_binds else "time limit exceeded"
+                results[worker.task] = CallResult("timeout", message=message)
                 self._replace(worker)
             elif not worker.ready and now - worker.started > self.start_timeout_s:
                 self.close()

@@ -169,6 +169,20 @@ def test_the_batch_sizes_must_still_divide():
         cfg.validate()
 
 
+@pytest.mark.parametrize(
+    ("timeout", "deadline", "ok"),
+    [(10.0, 60.0, True), (10.0, 10.0, True), (10.0, 5.0, False), (10.0, None, True)],
+)
+def test_the_reward_deadline_must_hold_one_whole_call(timeout, deadline, ok):
+    cfg = valid_config()
+    cfg.data.reward_timeout_s, cfg.data.reward_deadline_s = timeout, deadline
+    if ok:
+        cfg.validate()
+        return
+    with pytest.raises(ValueError, match=r"reward_deadline_s \(5\) is shorter than one call's"):
+        cfg.validate()
+
+
 def test_from_gin_checks_the_fields_before_a_model_builder_runs(tmp_path):
     from rlkit.train import parse_config
 

@@ -15,7 +15,7 @@ from rlkit.trainer.scoring import RewardFailure, check_failure_rate
 from tests.faulty_components import sleepy_reward
 
 
-def test_a_reward_that_hangs_everywhere_costs_the_batch_one_deadline_inline():
+def test_a_reward_that_hangs_everywhere_costs_the_batch_one_deadline_inline(caplog):
     # 8 calls of a reward that sleeps 30 s, 1 s limit each: 8 s in series; the deadline
     # (2 s) stops the batch after the first two calls, the other six are never started.
     start = time.monotonic()
@@ -24,14 +24,17 @@ def test_a_reward_that_hangs_everywhere_costs_the_batch_one_deadline_inline():
     )
     assert time.monotonic() - start < 4.0
     assert out.scores == [0.0] * 8 and out.num_timeouts == 8
-    assert sum("deadline" in i["error"] for i in out.infos) >= 5
+    assert sum("deadline" in i["error"] for i in out.infos) == out.num_past_deadline >= 5
+    assert out.metrics()["reward/num_past_deadline"] == out.num_past_deadline
+    warned = [r.getMessage() for r in caplog.records if "reward deadline (2 s)" in r.getMessage()]
+    assert warned and "DataConfig.reward_deadline_s" in warned[0]
 
 
 def test_the_deadline_bounds_a_worker_pool_batch_too():
     out = rewards.score_batch(
         sleepy_reward, ["x"] * 6, ["y"] * 6, timeout_s=5.0, deadline_s=1.0, num_workers=2
     )
-    assert out.num_timeouts == 6  # the two in flight are killed, four never sent
+    assert out.num_timeouts == out.num_past_deadline == 6  # 2 in flight killed, 4 never sent
 
 
 def test_a_reward_stuck_in_one_c_call_ends_the_process_with_a_message():

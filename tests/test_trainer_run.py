@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -267,6 +268,32 @@ def test_reward_that_raises_everywhere_stops_the_run_with_its_error(demo_model_d
     )
     with pytest.raises(RewardFailure, match=r"16 of 16 reward calls failed.*reward server"):
         RLTrainer(cfg).run()  # 4 prompts x 4 responses
+
+
+def test_a_reward_that_hangs_everywhere_costs_a_step_one_deadline_then_stops_the_run(
+    demo_model_dir, tmp_path
+):
+    """16 calls that hang, 1 s limit each: 16 s in series. The phase's deadline (2 s) cuts
+    the other calls off unstarted, and every call failing stops the run."""
+    from rlkit.trainer.scoring import RewardFailure
+
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "hangs",
+        trainer={"total_steps": 1, "save_at_end": False, "val_before_train": False},
+        data={
+            "reward": "tests.faulty_components:sleepy_reward",
+            "reward_timeout_s": 1.0,
+            "reward_deadline_s": 2.0,
+        },
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    start = time.monotonic()
+    with pytest.raises(RewardFailure, match=r"16 of 16 reward calls failed \(0 errors, 16 time"):
+        trainer.step()
+    trainer.cleanup()
+    assert time.monotonic() - start < 12.0  # one rollout of the tiny model + 2 s of scoring
 
 
 def test_long_prompts_are_filtered_or_truncated_and_counted(demo_model_dir, tmp_path):

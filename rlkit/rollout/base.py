@@ -120,6 +120,12 @@ class RolloutEngine(abc.ABC):
         """Make the engine generate from ``weights``; return metrics such as
         ``timing_s/weight_sync``."""
 
+    def restarted_servers(self) -> list[str]:
+        """One line per server this engine has restarted so far (its address, how many
+        times, the last failure), for the trainer's warning; engines without servers
+        have none."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook, most engines own nothing
         """Release servers, processes, memory. Idempotent."""
 

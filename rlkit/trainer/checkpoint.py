@@ -103,47 +103,80 @@ class CheckpointManager:
         final = self.root / f"global_step_{step}"
         tmp = self.root / f".tmp-global_step_{step}"
         main = self.backend.is_main_process
-        try:
+
+        def make_dirs() -> None:
             if main:
                 shutil.rmtree(tmp, ignore_errors=True)
                 for name in modules:
                     (tmp / name).mkdir(parents=True)
-            self.backend.barrier()
+
+        def write_shards() -> None:
             for name, (module, optimizer) in modules.items():
                 self.backend.save_sharded(str(tmp / name), module, optimizer)
             torch.save(rng_state, tmp / f"rng_rank{self.backend.process_index}.pt")
-            self.backend.barrier()
+
+        def finish() -> None:
             if main:
                 torch.save(trainer_state, tmp / "trainer_state.pt")
                 (tmp / COMPLETE).write_text(str(step))
                 _fsync_tree(tmp)
-        except (OSError, RuntimeError) as exc:  # torch.save reports some I/O as RuntimeError
-            # A partial checkpoint only takes space (it is never loaded: no COMPLETE marker
-            # in a final directory); delete it so the disk holds what it did before.
-            shutil.rmtree(tmp, ignore_errors=True)
-            if _is_no_space(exc):
-                raise OSError(
-                    errno.ENOSPC,
-                    f"no space left on device while writing checkpoint {final.name} into "
-                    f"{tmp}; the partial checkpoint was deleted and {self.latest_name()} is "
-                    "still the latest. Free space (or lower "
-                    "TrainerConfig.max_checkpoints_to_keep) and resume",
-                    str(tmp),
-                ) from exc
-            raise
-        if main:
-            if final.exists():  # re-saving the same step: move the old one aside first
-                old = self.root / f".old-global_step_{step}"
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(final, old)
-                os.replace(tmp, final)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, final)
-            _atomic_write(self.root / LATEST, final.name)
-            self._prune()
-        self.backend.barrier()
+
+        # Each part ends where the processes agree: a process whose write failed tells
+        # the others, so every process raises the same error instead of some waiting
+        # forever in a collective the failed one never reaches.
+        def publish() -> None:
+            if main:
+                self._publish(final, tmp, step)
+
+        for part in (make_dirs, write_shards, finish, publish):
+            failure = self._agree(_attempt(part))
+            if failure is not None:
+                # A partial checkpoint only takes space (it is never loaded: no COMPLETE
+                # marker in a final directory); delete it so the disk holds what it did.
+                if main:
+                    shutil.rmtree(tmp, ignore_errors=True)
+                self._raise(failure, final, tmp)
         return final
+
+    def _agree(self, failure: tuple[bool, str, BaseException] | None) -> tuple | None:
+        """The first process's failure of this part, on every process (``None``: none)."""
+        mine = None if failure is None else failure[:2]
+        if self.backend.num_processes == 1:
+            return failure
+        from rlkit.distributed.collectives import gather_objects
+
+        for rank, theirs in enumerate(gather_objects(mine)):
+            if theirs is not None:
+                return failure if rank == self.backend.process_index else (*theirs, None)
+        return None
+
+    def _raise(self, failure: tuple, final: Path, tmp: Path) -> None:
+        no_space, message, exc = failure
+        if no_space:
+            raise OSError(
+                errno.ENOSPC,
+                f"no space left on device while writing checkpoint {final.name} into "
+                f"{tmp}; the partial checkpoint was deleted and {self.latest_name()} is "
+                "still the latest. Free space (or lower "
+                "TrainerConfig.max_checkpoints_to_keep) and resume",
+                str(tmp),
+            ) from exc
+        if exc is not None:
+            raise exc
+        raise OSError(f"writing checkpoint {final.name} failed on another process: {message}")
+
+    def _publish(self, final: Path, tmp: Path, step: int) -> None:
+        """Rename the complete ``tmp`` into place and point ``latest`` at it."""
+        if final.exists():  # re-saving the same step: move the old one aside first
+            old = self.root / f".old-global_step_{step}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+        _atomic_write(self.root / LATEST, final.name)
+        self._prune()
 
     def latest_name(self) -> str:
         """The latest complete checkpoint's directory name, for messages."""
@@ -225,6 +258,15 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob(".tmp-global_step_*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+def _attempt(part: Any) -> tuple[bool, str, BaseException] | None:
+    """Run ``part()``; a write failure as ``(no space?, message, exception)``."""
+    try:
+        part()
+    except (OSError, RuntimeError) as exc:  # torch.save reports some I/O as RuntimeError
+        return _is_no_space(exc), f"{type(exc).__name__}: {exc}", exc
+    return None
 
 
 def _is_no_space(exc: BaseException) -> bool:

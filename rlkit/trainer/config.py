@@ -94,9 +94,12 @@ class DataConfig:
     """0 = score in the trainer's process (``SIGALRM`` limits, and a watchdog that ends
     the run when a C call hangs past ``reward_timeout_s + 5``); >= 1 = worker processes,
     whose hung calls are killed."""
-    reward_deadline_s: float | None = None
-    """One limit for a whole scoring call (each process's rows of a generation batch):
-    calls unfinished then score 0 as timeouts. ``None``: no such limit."""
+    reward_deadline_s: float | None = 60.0
+    """One limit for a step's whole reward phase in each process (its rows of a generation
+    batch): calls unfinished then score 0 as timeouts and the run warns how many. A reward
+    that hangs on every response so costs a step this, not ``reward_timeout_s`` once per
+    response. At least ``reward_timeout_s``; raise it for slow rewards scored in the
+    trainer's process, or score them in parallel (``reward_workers``). ``None``: no limit."""
     max_reward_failure_rate: float = 1.0
     """Stop the run when at least this fraction of a batch's reward calls failed (raised or
     timed out); 1.0 = when every call failed."""
@@ -364,6 +367,7 @@ class ExperimentConfig:
         combine fields run only on fields that passed theirs."""
         problems = [p for section in self.sections() for p in field_problems(section)]
         problems += batch_problems(self.data, self.optim)
+        problems += reward_time_problems(self.data)
         r = self.rollout
         if r.agent_loop != "single_turn" or r.agent:
             from rlkit.rollout.agent_loop import agent_config
@@ -776,6 +780,20 @@ def batch_problems(data: DataConfig, optim: OptimConfig) -> list[str]:
         return [
             f"DataConfig.train_batch_size ({batch}) must be a multiple of "
             f"OptimConfig.ppo_mini_batch_size ({mini})"
+        ]
+    return []
+
+
+def reward_time_problems(data: DataConfig) -> list[str]:
+    """The reward phase's deadline leaves room for one call's whole time limit."""
+    limit, deadline = data.reward_timeout_s, data.reward_deadline_s
+    checked = {"reward_timeout_s": limit, "reward_deadline_s": deadline}
+    if deadline is None or limit is None or field_problems(DataConfig, checked):
+        return []
+    if deadline < limit:
+        return [
+            f"DataConfig.reward_deadline_s ({deadline:g}) is shorter than one call's limit, "
+            f"DataConfig.reward_timeout_s ({limit:g}): raise the deadline or lower the limit"
         ]
     return []
 

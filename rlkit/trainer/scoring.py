@@ -19,7 +19,7 @@ from rlkit.rollout.trajectory import Trajectory
 from rlkit.trainer.batch import TrainBatch, build_batch
 from rlkit.trainer.prompts import PromptSet
 
-REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts")
+REWARD_COUNTERS = ("reward/num_errors", "reward/num_timeouts", "reward/num_past_deadline")
 
 
 def numeric_fields(info: Mapping[str, Any]) -> dict[str, float]:

@@ -708,10 +708,11 @@ class RLTrainer:
         before = self.rollout_gauges.get("rollout/server_restarts")
         after = gauges.get("rollout/server_restarts")
         if before is not None and after is not None and after > before:
+            servers = "; ".join(self.engine.restarted_servers()) or "see the engine's log"
             self._print(
-                f"step {self.step_count}: {int(after - before)} rollout server restart(s) "
-                f"during this rollout ({gauges.get('rollout/servers_usable', float('nan')):g} "
-                "usable now); see the engine's log for which server and why"
+                f"warning: step {self.step_count}: {int(after - before)} rollout server "
+                f"restart(s) during this rollout, which slows the step "
+                f"({gauges.get('rollout/servers_usable', float('nan')):g} usable now): {servers}"
             )
         self.rollout_gauges = gauges
 

@@ -75,6 +75,8 @@ def test_killing_a_server_mid_rollout_loses_no_prompt(engine, hf_models):
     engine.pool.wait_restarts(timeout_s=300)
     assert victim.usable and victim.restarts == 2
     assert "restart failed" in victim.last_error
+    # What the trainer's warning prints: the server's address and its restarts.
+    assert engine.restarted_servers() == [f"{victim.url} (restarted 2 of 2: {victim.last_error})"]
     served = victim.served
     batch = engine.generate(prompts[:16], SamplingParams(max_new_tokens=8, temperature=0.0))
     assert victim.served > served

@@ -624,6 +624,9 @@ class SGLangEngine(RolloutEngine):
         if self._closed:
             raise RuntimeError("this SGLangEngine is closed; create a new one")
 
+    def restarted_servers(self) -> list[str]:
+        return self.pool.restart_lines()
+
     def close(self) -> None:
         """Stop started servers, the process group and the event loop. Idempotent."""
         if self._closed:

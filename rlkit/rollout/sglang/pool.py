@@ -196,6 +196,15 @@ class ServerPool:
                 "rollout/server_restarts": float(sum(e.restarts for e in self.endpoints)),
             }
 
+    def restart_lines(self) -> list[str]:
+        """``"URL (restarted k of n: last error)"`` for every endpoint restarted so far."""
+        with self._lock:
+            return [
+                f"{e.url} (restarted {e.restarts} of {self.max_restarts}: {e.last_error})"
+                for e in self.endpoints
+                if e.restarts
+            ]
+
     def close(self) -> None:
         """Stop owned servers for good (a restart in progress fails fast) and the restart thread."""
         self._closing = True
