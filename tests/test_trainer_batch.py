@@ -12,7 +12,6 @@ from rlkit.trainer.batch import (
     build_batch,
     length_sorted_split,
     pad_rows_to_multiple,
-    shard_rows,
     token_budget_split,
 )
 
@@ -154,10 +153,6 @@ def test_model_inputs_concatenate_the_rows_multimodal_inputs():
     assert inputs["multimodal"]["pixel_values"][:2].sum() == 0
     assert inputs["multimodal"]["grid"].tolist() == [[1, 1, 2], [1, 2, 2]]
     assert "multimodal" not in _batch().model_inputs()
-
-
-def test_shard_rows_splits_contiguously():
-    assert shard_rows(6, 1, 3).tolist() == [2, 3]
 
 
 def test_token_budget_split_is_a_balanced_permutation_within_budget():

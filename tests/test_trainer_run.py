@@ -238,6 +238,38 @@ def test_full_disk_while_saving_says_so_and_keeps_the_previous_checkpoint(
     assert (ckpts / "global_step_2" / "COMPLETE").exists()
 
 
+def test_a_step_saved_but_not_logged_is_logged_from_its_checkpoint_on_resume(
+    demo_model_dir, tmp_path
+):
+    # The save comes before the step's log line (so timing_s/save_checkpoint is in it);
+    # a kill between the two is what cutting the last line here stands for.
+    out = tmp_path / "lost_line"
+    cfg = small_experiment(demo_model_dir, out, trainer={"total_steps": 2, "save_freq": 1})
+    first = RLTrainer(cfg).run()
+    assert first[-1]["timing_s/save_checkpoint"] > 0
+    log = out / "metrics.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]))
+    RLTrainer(small_experiment(demo_model_dir, out, trainer={"total_steps": 2})).run()
+    records = read_metrics(log)
+    assert [r["step"] for r in records] == [0, 1, 2]  # step 2 back, once
+    restored = {k: v for k, v in first[-1].items() if k != "timing_s/save_checkpoint"}
+    assert {k: v for k, v in records[-1].items() if k != "step"} == restored
+
+
+def test_skipped_passes_and_saves_are_timed_as_zero(demo_model_dir, tmp_path):
+    cfg = small_experiment(
+        demo_model_dir,
+        tmp_path / "timings",
+        trainer={"total_steps": 1, "save_at_end": False},
+        optim={"ppo_mini_batch_size": 4, "ppo_epochs": 1},  # on-policy: no old_log_prob pass
+    )
+    metrics = RLTrainer(cfg).run()[-1]
+    assert metrics["timing_s/save_checkpoint"] == 0.0
+    assert metrics["timing_s/old_log_prob"] == 0.0
+    assert 0 < metrics["timing_s/generate_sequences"] <= metrics["timing_s/gen"]
+
+
 def test_nan_loss_skips_the_update_and_reports_it(demo_model_dir, tmp_path):
     cfg = small_experiment(
         demo_model_dir,

@@ -146,12 +146,13 @@ class Algorithm:
         if a.use_kl_in_reward:
             kl = algorithms.kl_penalty(batch.old_log_probs, batch.ref_log_probs, a.kl_penalty)
             kl = kl * mask
-            rewards = rewards - self.kl_ctrl.value * kl
+            beta = self.kl_ctrl.value
+            rewards = rewards - beta * kl
             seq_kl = (kl.sum(-1) / mask.sum(-1).clamp(min=1)).mean().item()
             self.kl_ctrl.update(seq_kl, n_steps=len(batch))
             metrics |= {
                 "actor/reward_kl_penalty": seq_kl,
-                "actor/reward_kl_penalty_coeff": self.kl_ctrl.value,
+                "actor/reward_kl_penalty_coeff": beta,  # the beta this step used, as verl
             }
         batch.token_level_rewards = rewards
         batch.advantages, batch.returns = self.estimator.fn(

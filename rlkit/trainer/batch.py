@@ -337,14 +337,6 @@ def _concat(first: TrainBatch, second: TrainBatch) -> TrainBatch:
     return dataclasses.replace(first, **changes)
 
 
-def shard_rows(num_rows: int, rank: int, world: int) -> torch.Tensor:
-    """Contiguous row indices of process ``rank`` when ``num_rows % world == 0``."""
-    if num_rows % world:
-        raise ValueError(f"{num_rows} rows do not split evenly over {world} processes")
-    per = num_rows // world
-    return torch.arange(rank * per, (rank + 1) * per)
-
-
 def length_sorted_split(
     prompt_lengths: torch.Tensor, response_lengths: torch.Tensor, micro_batch_size: int
 ) -> list[torch.Tensor]:

@@ -295,6 +295,11 @@ class TrainerConfig:
     """Write the actor as a Hugging Face model every N steps (0 = never), to
     ``<output_dir>/hf_exports/global_step_N`` (all kept; ``export_hf_at_end`` writes
     ``<output_dir>/hf_model``)."""
+    balance_batch: bool = True
+    """Give each process rows of near-equal total tokens (verl's ``balance_batch``), for the
+    forward passes over the whole batch and for every update mini-batch; False: contiguous
+    shards. Changes which process computes a row, not the result (losses are normalised
+    over all processes), so one process is unaffected. See ``global_seqlen/*``."""
     cpu_offload: bool = False
     """Keep FSDP2's parameter, gradient and optimizer shards in host memory
     (``CPUOffloadPolicy``): less accelerator memory, slower steps. Needs an accelerator and

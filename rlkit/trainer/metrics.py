@@ -21,7 +21,8 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 def data_metrics(
     batch: TrainBatch, *, max_response_length: int, max_prompt_length: int
 ) -> dict[str, float]:
-    """``critic/*``, ``response_length/*``, ``prompt_length/*`` and ``global_seqlen/*``.
+    """``critic/*``, ``response_length/*`` and ``prompt_length/*`` (``global_seqlen/*``,
+    tokens per process, come from :mod:`rlkit.trainer.balancing`).
 
     Token statistics are over the tokens the policy sampled (``loss_mask``); sequence
     statistics over rows with at least one such token. Lengths count every response
@@ -48,7 +49,6 @@ def data_metrics(
     if resp.numel():
         out["response_length/clip_ratio"] = (resp >= max_response_length).float().mean().item()
         out["prompt_length/clip_ratio"] = (prompt >= max_prompt_length).float().mean().item()
-    out |= _stats("global_seqlen", resp + prompt)
     inserted = resp - batch.loss_mask.sum(dim=1)
     if resp.numel() and inserted.any():  # multi-turn: tool / user tokens inside responses
         out |= _stats("response_length/policy_tokens", resp - inserted)

@@ -21,11 +21,14 @@ class PhaseTimer:
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
-    def metrics(self, num_tokens: int) -> dict[str, float]:
-        """``timing_s/*`` and ``timing_per_token_ms/*`` (ms per processed token)."""
+    def metrics(self, num_tokens: int, num_response_tokens: int | None = None) -> dict[str, float]:
+        """``timing_s/*`` and ``timing_per_token_ms/*``: milliseconds per token the phase
+        processed, as verl divides them: ``gen`` by the response tokens
+        (``num_response_tokens``; ``num_tokens`` when not given), every other phase by
+        all ``num_tokens`` (prompt + response)."""
         out = {f"timing_s/{k}": v for k, v in self.seconds.items()}
         if num_tokens > 0:
-            out |= {
-                f"timing_per_token_ms/{k}": 1000 * v / num_tokens for k, v in self.seconds.items()
-            }
+            for k, v in self.seconds.items():
+                per = num_response_tokens if k == "gen" and num_response_tokens else num_tokens
+                out[f"timing_per_token_ms/{k}"] = 1000 * v / per
         return out

@@ -21,8 +21,10 @@ rollout engines are reached only through their registries.
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -38,11 +40,15 @@ from rlkit.rollout.agent_loop import AgentRequest, agent_config, loop_metrics
 from rlkit.rollout.base import SamplingParams
 from rlkit.trainer import run_dir
 from rlkit.trainer.algorithm import Algorithm, Needs
+from rlkit.trainer.balancing import (
+    balanced_partitions,
+    contiguous_partitions,
+    seqlen_balance_metrics,
+)
 from rlkit.trainer.batch import (
     TrainBatch,
     length_sorted_split,
     pad_rows_to_multiple,
-    shard_rows,
     token_budget_split,
 )
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
@@ -151,6 +157,7 @@ class RLTrainer:
             seed=cfg.trainer.seed,
             **cfg.rollout.engine_options,
         )
+        self.checkpoint_record: dict[str, float] | None = None  # set by a resume
         self.resumed_from = self._maybe_resume()
         if self.resumed_from is not None:
             self.engine.sync_weights(
@@ -185,6 +192,21 @@ class RLTrainer:
             )
             if self.resume_changes:
                 self._print("changed since the run started: " + "; ".join(self.resume_changes))
+            self._log_lost_record()
+
+    def _log_lost_record(self) -> None:
+        """Log the resumed checkpoint's own step when ``metrics.jsonl`` lacks it: the run
+        was stopped after saving that step and before logging it."""
+        record = self.checkpoint_record
+        if record is None or self.resumed_from is None:
+            return
+        logged = self.out_dir / "metrics.jsonl"
+        steps = set()
+        if logged.exists():
+            steps = {json.loads(line)["step"] for line in logged.read_text().splitlines() if line}
+        if self.step_count not in steps:
+            self._print(f"step {self.step_count}: its metrics, saved with the checkpoint, logged")
+            self._log(record, self.step_count)
 
     @property
     def needs(self) -> Needs:
@@ -410,6 +432,7 @@ class RLTrainer:
             return None
         state, rng = self.checkpoints.load(path, self._checkpoint_modules())
         self.step_count = state["step"]
+        self.checkpoint_record = state.get("record")  # older checkpoints hold none
         self.sampler.load_state_dict(state["sampler"])
         self.algorithm.kl_ctrl.load_state_dict(state["kl_ctrl"])
         self.actor_sched.load_state_dict(state["actor_sched"])
@@ -422,8 +445,11 @@ class RLTrainer:
         restore_rng_state(rng, self.platform)
         return str(path)
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, record: dict[str, float] | None = None) -> Path:
+        """Checkpoint the run at its current step; ``record``: that step's metrics, logged
+        on resume if the run stopped before logging them."""
         state = {
+            "record": None if record is None else dict(record),
             "step": self.step_count,
             "sampler": self.sampler.state_dict(),
             "kl_ctrl": self.algorithm.kl_ctrl.state_dict(),
@@ -467,10 +493,16 @@ class RLTrainer:
                 metrics |= val
                 if last:
                     self._print("after RL: " + _fmt(val))
+            save_s = 0.0
+            if (t.save_freq and self.step_count % t.save_freq == 0) or (last and t.save_at_end):
+                start = time.perf_counter()
+                # The record goes into the checkpoint too: a run killed after the save and
+                # before the log line below gets the line back when it resumes.
+                self.save_checkpoint(record=metrics)
+                save_s = time.perf_counter() - start
+            metrics["timing_s/save_checkpoint"] = save_s
             self._log(metrics, self.step_count)
             self.metrics_history.append(metrics)
-            if (t.save_freq and self.step_count % t.save_freq == 0) or (last and t.save_at_end):
-                self.save_checkpoint()
             if t.export_freq and self.step_count % t.export_freq == 0:
                 export_dir = self.out_dir / "hf_exports" / f"global_step_{self.step_count}"
                 self.weights.save_pretrained(str(export_dir))
@@ -520,12 +552,24 @@ class RLTrainer:
             max_response_length=self.cfg.rollout.max_response_length,
             max_prompt_length=self.cfg.data.max_prompt_length,
         )
+        metrics |= self._seqlen_metrics(batch)
         metrics |= self._perf_metrics(batch, timer)
         return metrics
+
+    def _seqlen_metrics(self, batch: TrainBatch) -> dict[str, float]:
+        """``global_seqlen/*``: tokens per process of the whole-batch forward passes, for
+        contiguous shards and (with ``balance_batch``) for the balanced ones used."""
+        padded, shares = self._shares(batch)
+        lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
+        out = seqlen_balance_metrics(lengths, shares)
+        if not self.cfg.trainer.balance_batch:
+            out = {k: v for k, v in out.items() if "/balanced_" not in k}
+        return out
 
     def _forward_passes(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
         """The no-grad forwards the algorithm declared: old and reference log-probs, values."""
         metrics: dict[str, float] = {}
+        timer.seconds.setdefault("old_log_prob", 0.0)  # logged as 0 when the pass is skipped
         if self.needs.old_log_probs:  # else the update's own forward gives them (detached)
             with timer("old_log_prob"):
                 batch.old_log_probs, batch.entropy = self._forward_logprobs(
@@ -661,31 +705,32 @@ class RLTrainer:
         self, prompts: PromptSet, indices: list[int], params: SamplingParams, timer: PhaseTimer
     ) -> ScoredRollout:
         """Generate for this process's share of ``indices``; return the global scored rollout."""
-        per = -(-len(indices) // self.world)
-        mine = indices[self.rank * per : (self.rank + 1) * per]
-        requests = [
-            AgentRequest(
-                prompts.token_ids[i],
-                prompts.messages[i],
-                ground_truth=prompts.ground_truths[i],
-                data_source=prompts.data_sources[i],
-                extra_info=prompts.extra_infos[i],
-            )
-            for i in mine
-        ]
         with timer("gen"):
-            trajectories, engine_metrics = self.agent_loop(
-                self.engine,
-                requests,
-                params,
-                tokenizer=self.tokenizer,
-                config=self.agent,
-                policy_version=self.weights.version,
-            )
-        # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
-        groups = [self.rank * per + t.prompt_index for t in trajectories]
-        for traj in trajectories:
-            traj.prompt_index = mine[traj.prompt_index]
+            per = -(-len(indices) // self.world)
+            mine = indices[self.rank * per : (self.rank + 1) * per]
+            requests = [
+                AgentRequest(
+                    prompts.token_ids[i],
+                    prompts.messages[i],
+                    ground_truth=prompts.ground_truths[i],
+                    data_source=prompts.data_sources[i],
+                    extra_info=prompts.extra_infos[i],
+                )
+                for i in mine
+            ]
+            with timer("generate_sequences"):  # the agent loop and engine alone
+                trajectories, engine_metrics = self.agent_loop(
+                    self.engine,
+                    requests,
+                    params,
+                    tokenizer=self.tokenizer,
+                    config=self.agent,
+                    policy_version=self.weights.version,
+                )
+            # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
+            groups = [self.rank * per + t.prompt_index for t in trajectories]
+            for traj in trajectories:
+                traj.prompt_index = mine[traj.prompt_index]
         model_scores = None
         if self.reward_model is not None:
             with timer("reward_model"):
@@ -773,14 +818,24 @@ class RLTrainer:
         agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
         return token_budget_split(lengths, o.max_token_len_per_micro_batch, min_parts=agreed)
 
-    def _local_share(self, batch: TrainBatch) -> TrainBatch:
+    def _shares(self, batch: TrainBatch) -> tuple[TrainBatch, list[list[int]]]:
+        """``batch`` padded to a multiple of the process count, and each process's rows of
+        it: of near-equal token totals (``TrainerConfig.balance_batch``) or contiguous."""
         padded = pad_rows_to_multiple(batch, self.world)
-        return padded.select(shard_rows(len(padded), self.rank, self.world))
+        if self.cfg.trainer.balance_batch and self.world > 1:
+            lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
+            return padded, balanced_partitions(lengths, self.world)
+        return padded, contiguous_partitions(len(padded), self.world)
+
+    def _local_share(self, batch: TrainBatch) -> TrainBatch:
+        padded, shares = self._shares(batch)
+        return padded.select(shares[self.rank])
 
     @torch.no_grad()
     def _forward_rows(self, module, batch: TrainBatch, fn) -> torch.Tensor:
         """Apply ``fn(module, micro_batch) -> (b, T)`` to this process's share; gather globally."""
-        local = self._local_share(batch).to(self.backend.device)
+        padded, shares = self._shares(batch)
+        local = padded.select(shares[self.rank]).to(self.backend.device)
         width = local.responses.shape[1]
         out: torch.Tensor | None = None
         for rows in self._micro_batches(local):
@@ -791,7 +846,10 @@ class RLTrainer:
                 out = torch.zeros((len(local), width, *value.shape[2:]), dtype=torch.float32)
             if len(rows):
                 out[rows, : value.shape[1]] = value
-        return comm.gather_rows(out)[: len(batch)]
+        gathered = comm.gather_rows(out)  # the processes' shares, one after another
+        in_order = torch.empty_like(gathered)
+        in_order[torch.tensor([i for rows in shares for i in rows])] = gathered
+        return in_order[: len(batch)]
 
     def _forward_logprobs(self, module, batch: TrainBatch, *, entropy: bool = False):
         temp = self.cfg.rollout.temperature
@@ -882,6 +940,7 @@ class RLTrainer:
             packed = comm.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
             totals.append(dict(zip(keys, packed.tolist())))
             means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.world)
+        lr = scheduler.get_last_lr()[0]  # the rate this step's updates used, as verl logs
         with warnings.catch_warnings():
             # The schedule counts RL steps, including one whose updates were all skipped
             # (NaN loss); torch warns when that happens before any optimizer.step().
@@ -890,7 +949,7 @@ class RLTrainer:
         out = means.reduced(comm.all_reduce)
         for key in totals[0] if totals else ():
             out[key] = float(np.mean([t[key] for t in totals]))
-        out[f"{prefix}/lr"] = scheduler.get_last_lr()[0]
+        out[f"{prefix}/lr"] = lr
         out[f"{prefix}/nan_skipped_updates"] = float(skipped)
         if skipped:
             self._print(
@@ -986,10 +1045,12 @@ class RLTrainer:
 
     # --------------------------------------------------------------- metrics
     def _perf_metrics(self, batch: TrainBatch, timer: PhaseTimer) -> dict[str, float]:
-        tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
-        out = timer.metrics(tokens)
+        responses = int(batch.response_lengths.sum())
+        tokens = int(batch.prompt_lengths.sum()) + responses
+        out = timer.metrics(tokens, responses)
         step_s = timer.seconds.get("step", 0.0)
         out["perf/total_num_tokens"] = float(tokens)
+        out["perf/time_per_step"] = step_s
         if step_s > 0:
             out["perf/throughput"] = tokens / step_s / self.world
         mem = self.platform.memory_stats()

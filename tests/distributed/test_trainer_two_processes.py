@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.launch import accelerate_launch, launch_env
-from tests.gin_files import arithmetic_gin
+from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -155,3 +155,34 @@ def test_two_process_reward_model_scores_equal_one_process_scores(demo_model_dir
     one, two = (runs[p][0]["val/arithmetic/score/mean"] for p in (1, 2))
     assert two == pytest.approx(one, abs=1e-5)
     assert "reward/reward_model/mean" in runs[2][-1]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_balancing_rows_across_processes_changes_who_computes_not_the_update(
+    demo_model_dir, tmp_path
+):
+    """The same 2-process step with and without ``balance_batch``: the rollouts are the
+    same (balancing happens after them), so losses and gradient norms agree to float
+    summation order, and the balanced shards are no further apart than contiguous ones."""
+    runs = {}
+    for balance in (True, False):
+        out = tmp_path / f"balance_{balance}"
+        bindings = LENGTH_REWARD_RUN | {
+            "TrainerConfig.balance_batch": balance,
+            "TrainerConfig.total_steps": 1,
+            "TrainerConfig.save_at_end": False,
+            "TrainerConfig.val_before_train": False,
+            "OptimConfig.micro_batch_size": 2,  # several micro-batches per process
+        }
+        train_two_processes(arithmetic_gin(demo_model_dir, out, bindings), tmp_path)
+        runs[balance] = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    on, off = runs[True], runs[False]
+    assert on["critic/score/mean"] == off["critic/score/mean"]
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+        assert on[key] == pytest.approx(off[key], rel=1e-5, abs=1e-7), key
+    for key in ("global_seqlen/min", "global_seqlen/max", "global_seqlen/mean"):
+        assert on[key] == off[key]  # the contiguous split, reported either way
+    assert "global_seqlen/balanced_max" not in off
+    assert on["global_seqlen/balanced_min"] <= on["global_seqlen/mean"]
+    assert on["global_seqlen/mean"] <= on["global_seqlen/balanced_max"] <= on["global_seqlen/max"]
