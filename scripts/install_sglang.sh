@@ -34,7 +34,7 @@ PINS=(
   "compressed-tensors==0.18.0" "loguru==0.7.3"
   "openai==2.8.0" "distro==1.9.0" "httpx==0.28.1" "httpcore==1.0.9" "jiter==0.19.0" "sniffio==1.3.1"
   "soundfile==0.13.1" "cffi==2.1.1" "pycparser==3.12"
-  "sentencepiece==0.2.3"  # sglang pins 0.2.1; 0.2.3 is what rlkit's venv already has
+  "sentencepiece==0.2.1"  # sglang's pin; its generated code runs on protobuf 6 (SwanLab's)
   "fastapi==0.165.0" "starlette==1.10.0" "uvicorn==0.54.0" "uvloop==0.23.0"
   "opentelemetry-api==1.45.2"
   "orjson==3.13.0" "msgspec==0.23.0" "pybase64==1.5.1" "python-multipart==0.0.34"

