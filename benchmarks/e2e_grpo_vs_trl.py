@@ -2,7 +2,8 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/e2e_grpo_vs_trl.py [--rounds 3 --steps 8 --warmup 2]
+    .venv/bin/python benchmarks/e2e_grpo_vs_trl.py [--workload tiny|realistic|gsm8k_like]
+        [--mixed-precision no|bf16] [--prompt-tokens 0] [--rounds 3 --steps 8 --warmup 2]
         [--prompts-per-step 16 --group-size 8 --max-completion-length 8 --micro-batch-size 32]
         [--hidden-size 64 --layers 2 --sft-steps 60 --threads 1] [--profile]
 
@@ -23,7 +24,9 @@ dropped; the rest are pooled per framework into:
 
 Prints a Markdown table with both rows and the ratio rlkit / TRL per metric,
 the per-round paired tokens/s ratios, and rlkit's per-phase breakdown
-(``timing_s/*``). ``--profile`` also runs each worker under cProfile (CPU time) and
+(``timing_s/*``), then the FLOPs of its generation, log-prob and update phases
+against this machine's matrix-product throughput, measured in the same run
+(:func:`matmul_bound`, :func:`phase_flops`). ``--profile`` also runs each worker under cProfile (CPU time) and
 prints its top functions (the timings of that run are then perturbed). Target: rlkit at
 least 1.5x TRL's tokens/s on CPU.
 """
@@ -65,6 +68,25 @@ class Run:
     peak_rss_mib: float
 
 
+# Named workloads: each sets the defaults of the options it lists (flags still win).
+WORKLOADS: dict[str, dict[str, object]] = {
+    # Framework overhead dominates: a 2-layer model, 8-token answers.
+    "tiny": {},
+    # Compute dominates: a random Qwen2 of ~31.5M non-embedding parameters, 64-token answers.
+    "realistic": {
+        "rounds": 2, "steps": 5, "warmup": 1, "prompts_per_step": 8, "group_size": 8,
+        "max_completion_length": 64, "micro_batch_size": 16, "hidden_size": 512, "layers": 8,
+        "sft_steps": 0,
+    },
+    # GSM8K's shape: 200-token prompts, 128-token responses, n = 8, the realistic model.
+    "gsm8k_like": {
+        "rounds": 2, "steps": 4, "warmup": 1, "prompts_per_step": 8, "group_size": 8,
+        "max_completion_length": 128, "micro_batch_size": 16, "hidden_size": 512, "layers": 8,
+        "sft_steps": 0, "prompt_tokens": 200,
+    },
+}  # fmt: skip
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -100,13 +122,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="rlkit's HF engine decode loop ('generate' = transformers' generate, as TRL)",
     )
     p.add_argument("--frameworks", default="rlkit,trl", help="comma-separated subset")
+    p.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="tiny",
+        help="a named workload: sets the defaults of the size options (flags still win)",
+    )
+    p.add_argument(
+        "--prompt-tokens", type=int, default=0, help="lengthen prompts to about this many tokens"
+    )
+    p.add_argument(
+        "--mixed-precision",
+        choices=("no", "bf16"),
+        default="no",
+        help="bf16 compute over float32 parameters, in both frameworks",
+    )
     p.add_argument("--profile", action="store_true", help="also print each worker's cProfile")
     p.add_argument("--keep-dir", default=None, help="keep worker outputs and logs here")
     # Internal: one framework's run inside a fresh process.
     p.add_argument("--worker", choices=FRAMEWORKS, help=argparse.SUPPRESS)
-    p.add_argument("--workload", help=argparse.SUPPRESS)
+    p.add_argument("--workload-file", help=argparse.SUPPRESS)
     p.add_argument("--result", help=argparse.SUPPRESS)
     p.add_argument("--profile-out", help=argparse.SUPPRESS)
+    known, _ = p.parse_known_args(argv)
+    p.set_defaults(**WORKLOADS[known.workload])
     args = p.parse_args(argv)
     if args.worker is None:
         if args.rounds < 1:
@@ -124,7 +163,7 @@ def worker_main(args: argparse.Namespace) -> int:
     """Run one framework's workload in this process; write its records as JSON."""
     import torch
 
-    workload = Workload.from_json(Path(args.workload).read_text())
+    workload = Workload.from_json(Path(args.workload_file).read_text())
     torch.set_num_threads(workload.threads)
     out_dir = Path(args.result).with_suffix(".out")
     runner = RUNNERS[args.worker]
@@ -160,7 +199,7 @@ def run_worker(
         str(Path(__file__).resolve()),
         "--worker",
         framework,
-        "--workload",
+        "--workload-file",
         str(workload_file),
         "--result",
         str(result_file),
@@ -226,7 +265,8 @@ def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
         f"GRPO on CPU: {workload.prompts_per_step} prompts x {workload.group_size} completions "
         f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
         f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
-        f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}",
+        f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}, prompts "
+        f"+{workload.prompt_tokens} tokens, mixed precision {workload.mixed_precision!r}",
         "",
         "| framework | " + " | ".join(c[1] for c in COLUMNS) + " | steps | tokens/step |",
         "|---|" + "---:|" * (len(COLUMNS) + 2),
@@ -265,6 +305,81 @@ def phase_table(runs: list[Run], warmup: int) -> str:
     for phase in measured[0].phases_s:
         median = statistics.median(r.phases_s.get(phase, 0.0) for r in measured)
         lines.append(f"| {phase} | {median:.4f} | {median / step:.0%} |")
+    return "\n".join(lines)
+
+
+def matmul_bound(threads: int, dtype: str, size: int = 1024, seconds: float = 1.0) -> float:
+    """This machine's matrix-product FLOP/s at ``threads`` threads: square products of
+    ``size``, float32 (``dtype="no"``) or bf16, repeated for about ``seconds``."""
+    import time
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+        a, b = torch.randn(size, size).to(kind), torch.randn(size, size).to(kind)
+        a @ b  # the first call pays one-off costs
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            a @ b
+            done += 1
+        return 2 * size**3 * done / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+
+
+def phase_flops(config, lengths: dict[str, float]) -> dict[str, float]:
+    """The FLOPs each phase of one step must do at least, from the batch's mean lengths.
+
+    Per token, the decoder layers' matrix products cost 2 · N_layers (N_layers: their
+    weights); the LM head, 2 · vocab · hidden, runs on response tokens only (both
+    frameworks compute logits for those alone, and generation for those it emits). Causal
+    attention costs 2 · s² · head_dim · heads per layer for a sequence of s tokens (QKᵀ
+    and AV over the lower triangle). Generation with a KV cache does one forward's work;
+    a backward twice that, so the update is 3 forwards. Padding is not counted: work on
+    it is waste, and shows as a lower fraction of the bound.
+    """
+    from rlkit.metrics.flops import dense_parameters
+
+    head = config.vocab_size * config.hidden_size
+    layers = dense_parameters(config) - 2 * head
+    rows, prompt, response = lengths["rows"], lengths["prompt_mean"], lengths["response_mean"]
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    attention = 2 * (prompt + response) ** 2 * head_dim * heads * config.num_hidden_layers
+    forward = rows * (2 * layers * (prompt + response) + 2 * head * response + attention)
+    return {"gen": forward, "old_log_prob": forward, "update_actor": 3 * forward}
+
+
+def bound_table(runs: list[Run], warmup: int, workload: Workload) -> str:
+    """rlkit's FLOPs per phase and the fraction of this machine's matmul bound reached."""
+    measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
+    if not measured or not measured[0].lengths:
+        return ""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(workload.model_dir)
+    bound = matmul_bound(workload.threads, workload.mixed_precision)
+    kind = "bf16" if workload.mixed_precision == "bf16" else "float32"
+    lines = [
+        f"matmul bound ({kind}, {workload.threads} thread(s)): {bound / 1e9:.1f} GFLOP/s",
+        "",
+        "| rlkit phase | median s | GFLOP | GFLOP/s | of bound |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for phase in ("gen", "old_log_prob", "update_actor"):
+        seconds = statistics.median(r.phases_s.get(phase, 0.0) for r in measured)
+        flops = statistics.median(phase_flops(config, r.lengths)[phase] for r in measured)
+        if seconds <= 0:
+            lines.append(f"| {phase} | 0 | {flops / 1e9:,.1f} | not run | |")
+            continue
+        rate = flops / seconds
+        lines.append(
+            f"| {phase} | {seconds:.3f} | {flops / 1e9:,.1f} | {rate / 1e9:.1f} | "
+            f"{rate / bound:.0%} |"
+        )
     return "\n".join(lines)
 
 
@@ -327,6 +442,9 @@ def report(args: argparse.Namespace, workload: Workload, runs: list[Run], work_d
     phases = phase_table(runs, args.warmup)
     if phases:
         print("\n" + phases)
+    bounds = bound_table(runs, args.warmup, workload)
+    if bounds:
+        print("\n" + bounds)
     if args.profile:
         for prof in sorted(work_dir.glob("*round0.prof")):
             print(f"\n### cProfile: {prof.name}\n```\n{profile_summary(prof)}```")
@@ -348,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         threads=args.threads,
         rlkit_decode_loop=args.rlkit_decode_loop,
+        prompt_tokens=args.prompt_tokens,
+        mixed_precision=args.mixed_precision,
     )
     if args.keep_dir:
         work_dir = Path(args.keep_dir)

@@ -51,6 +51,12 @@ class Workload:
     """torch intra-op threads in each worker."""
     rlkit_decode_loop: str = "rlkit"
     """rlkit's HF engine decode loop: ``"rlkit"`` (its own) or ``"generate"`` (as TRL)."""
+    prompt_tokens: int = 0
+    """Lengthen every prompt to about this many tokens with a fixed preamble before the
+    question (0: the bare ``"a+b="``), as long GSM8K-style prompts are."""
+    mixed_precision: str = "no"
+    """``"no"`` (float32) or ``"bf16"``: float32 parameters, bf16 compute, in both
+    frameworks (rlkit's ``TrainerConfig.mixed_precision``, TRL's ``bf16``)."""
 
     def __post_init__(self) -> None:
         rows = self.prompts_per_step * self.group_size
@@ -64,6 +70,10 @@ class Workload:
             )
         if self.steps < 1 or self.max_completion_length < 1 or self.threads < 1:
             problems.append("steps, max_completion_length and threads must be >= 1")
+        if self.prompt_tokens < 0:
+            problems.append(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
+        if self.mixed_precision not in ("no", "bf16"):
+            problems.append(f"mixed_precision must be no|bf16, got {self.mixed_precision!r}")
         if self.num_prompts < self.prompts_per_step:
             problems.append(
                 f"num_prompts ({self.num_prompts}) must be >= prompts_per_step "
@@ -96,6 +106,9 @@ class StepRecord:
     """Prompt + generated tokens of the step's rollout (EOS counted, padding not)."""
     phases_s: dict[str, float] = field(default_factory=dict)
     """The trainer's own per-phase wall seconds, where it reports them (rlkit's ``timing_s/*``)."""
+    lengths: dict[str, float] = field(default_factory=dict)
+    """The step's batch where the trainer reports it: ``rows``, ``prompt_mean`` and
+    ``response_mean`` tokens (rlkit's ``prompt_length/mean``, ``response_length/mean``)."""
 
 
 class StepClock:
@@ -108,12 +121,19 @@ class StepClock:
     def start(self) -> None:
         self._wall, self._cpu = time.perf_counter(), time.process_time()
 
-    def tick(self, tokens: int, phases_s: dict[str, float] | None = None) -> None:
+    def tick(
+        self,
+        tokens: int,
+        phases_s: dict[str, float] | None = None,
+        lengths: dict[str, float] | None = None,
+    ) -> None:
         if self._wall is None:
             raise RuntimeError("StepClock.tick before start(): the first step has no start time")
         wall, cpu = time.perf_counter(), time.process_time()
         self.records.append(
-            StepRecord(wall - self._wall, cpu - self._cpu, int(tokens), dict(phases_s or {}))
+            StepRecord(
+                wall - self._wall, cpu - self._cpu, int(tokens), dict(phases_s or {}), lengths or {}
+            )
         )
         self._wall, self._cpu = wall, cpu
 
@@ -162,17 +182,37 @@ def build_model(
     )
 
 
-def prompt_dataset(w: Workload):
-    """The prompt pool both frameworks draw from: a seeded subset of the arithmetic train split."""
+PREAMBLE = "Read the question, think about it step by step, and give the final number. "
+
+
+def benchmark_dataset(split: str, *, limit: int, seed: int, prompt_tokens: int = 0):
+    """A seeded subset of the arithmetic ``split``; with ``prompt_tokens``, each question
+    follows the :data:`PREAMBLE`, repeated and cut to ``prompt_tokens`` characters (the
+    byte-level tokenizer of :func:`build_model` gives about one token per character)."""
     from rlkit.tasks.arithmetic import arithmetic_dataset
 
-    return arithmetic_dataset("train", limit=w.num_prompts, seed=w.seed)
+    data = arithmetic_dataset(split, limit=limit, seed=seed)
+    if prompt_tokens == 0:
+        return data
+    preamble = (PREAMBLE * (prompt_tokens // len(PREAMBLE) + 1))[:prompt_tokens]
+
+    def lengthen(row: dict) -> dict:
+        question = row["prompt"][0]["content"]
+        return {"prompt": [{"role": "user", "content": preamble + question}]}
+
+    return data.map(lengthen)
+
+
+def prompt_dataset(w: Workload):
+    """The prompt pool both frameworks draw from (:func:`benchmark_dataset` of the train split)."""
+    return benchmark_dataset(
+        "train", limit=w.num_prompts, seed=w.seed, prompt_tokens=w.prompt_tokens
+    )
 
 
 # --------------------------------------------------------------------- rlkit
 def rlkit_config(w: Workload, out_dir: str | Path):
     """The :class:`ExperimentConfig` of the workload: GRPO, token-mean, no KL, nothing saved."""
-    from rlkit.tasks.arithmetic import arithmetic_dataset
     from rlkit.trainer.config import (
         AlgorithmConfig,
         DataConfig,
@@ -188,10 +228,12 @@ def rlkit_config(w: Workload, out_dir: str | Path):
         data=DataConfig(
             # The validation split is loaded by setup() but never generated from:
             # the benchmark drives step() only (val_limit keeps the load tiny).
-            dataset_fn=functools.partial(arithmetic_dataset, limit=w.num_prompts, seed=w.seed),
+            dataset_fn=functools.partial(
+                benchmark_dataset, limit=w.num_prompts, seed=w.seed, prompt_tokens=w.prompt_tokens
+            ),
             reward="exact_match",
             use_chat_template=True,
-            max_prompt_length=32,
+            max_prompt_length=32 + 2 * w.prompt_tokens,
             train_batch_size=w.prompts_per_step,
             val_limit=1,
         ),
@@ -241,6 +283,7 @@ def rlkit_config(w: Workload, out_dir: str | Path):
             progress_bar=False,
             plot_learning_curve=False,
             num_threads=w.threads,
+            mixed_precision=w.mixed_precision,
         ),
     )
 
@@ -263,7 +306,12 @@ def run_rlkit(w: Workload, out_dir: str | Path) -> list[StepRecord]:
         phases = {
             k.removeprefix("timing_s/"): v for k, v in metrics.items() if k.startswith("timing_s/")
         }
-        clock.tick(int(metrics["perf/total_num_tokens"]), phases)
+        lengths = {
+            "rows": float(w.rows_per_step),
+            "prompt_mean": metrics.get("prompt_length/mean", 0.0),
+            "response_mean": metrics.get("response_length/mean", 0.0),
+        }
+        clock.tick(int(metrics["perf/total_num_tokens"]), phases, lengths)
         return metrics
 
     trainer.step = timed_step  # the instance attribute shadows the method inside train()
@@ -291,7 +339,7 @@ def trl_config(w: Workload, out_dir: str | Path):
     return GRPOConfig(
         output_dir=str(out_dir),
         use_cpu=True,
-        bf16=False,  # GRPOConfig defaults to bf16; rlkit trains in float32
+        bf16=w.mixed_precision == "bf16",  # GRPOConfig defaults to bf16; rlkit's is float32
         fp16=False,
         gradient_checkpointing=False,  # GRPOConfig defaults to True; rlkit's default is off
         model_init_kwargs={"dtype": "float32"},

@@ -42,7 +42,11 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
     model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
     argv += ["--num-prompts", "4", "--model-dir", model]
     assert benchmark.main(argv + ["--keep-dir", str(tmp_path / "runs")]) == 0
-    rows = table_rows(capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert "matmul bound (float32, 1 thread(s)):" in out
+    rows = table_rows(out)
+    assert rows["rlkit phase"][:4] == ["median s", "GFLOP", "GFLOP/s", "of bound"]
+    assert rows["update_actor"][3].endswith("%")  # a fraction of the bound was measured
     header = rows["framework"]
     assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
     for name in ("rlkit", "TRL", "rlkit / TRL"):
@@ -70,3 +74,13 @@ def test_rlkit_alone_with_the_generate_decode_loop(tmp_path, capsys):
     assert "TRL" not in rows and "rlkit / TRL" not in rows
     values = [float(c.replace(",", "")) for c in rows["rlkit"][:4]]
     assert all(math.isfinite(v) and v > 0 for v in values), rows["rlkit"]
+
+
+def test_a_named_workload_sets_defaults_that_flags_still_override():
+    benchmark = load_benchmark()
+    args = benchmark.parse_args(["--workload", "gsm8k_like"])
+    assert (args.prompt_tokens, args.max_completion_length, args.group_size) == (200, 128, 8)
+    assert (args.hidden_size, args.layers, args.sft_steps) == (512, 8, 0)
+    args = benchmark.parse_args(["--workload", "realistic", "--max-completion-length", "16"])
+    assert args.max_completion_length == 16 and args.hidden_size == 512
+    assert benchmark.parse_args([]).max_completion_length == 8  # tiny: the defaults
