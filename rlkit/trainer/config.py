@@ -45,6 +45,14 @@ class ModelConfig:
     flash-attention's variable-length kernels (GPU); with SDPA or eager attention
     transformers builds a (tokens x tokens) block-causal mask, so on CPU leave it off
     unless micro-batches are small."""
+    share_prompt_prefix: bool = True
+    """Actor, reference, critic and PRM forwards (and their backward) compute each prompt
+    once for all the micro-batch's responses to it (``rlkit/trainer/prefix_sharing.py``):
+    the same results as separate rows, to float rounding, with the prompt's FLOPs spent
+    once. Needs ``sdpa`` or ``eager`` attention and text-only rows; otherwise the plain
+    rows run (flash-attention, vision-language batches). Micro-batches and processes get
+    whole groups where they can. Takes the place of ``use_remove_padding`` when both
+    are on."""
     lora_rank: int = 0
     """0 = full fine-tuning; > 0 trains LoRA adapters (peft) and uses the adapter-free
     model as the reference policy."""

@@ -17,6 +17,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlkit import ops
+from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 
 
 def _response_hidden(
@@ -24,14 +25,19 @@ def _response_hidden(
     batch: dict[str, Any],
     prompt_width: int,
     remove_padding: bool = False,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """Hidden states that predict each response token: positions P-1 .. P+T-2. (B, T, H).
 
     ``batch`` is :meth:`TrainBatch.model_inputs`: ids, masks, positions, responses and,
     for multimodal rows, a ``multimodal`` dict handed to the model's forward untouched.
+    ``share_prefix``: rows with the same prompt run it once (:mod:`prefix_sharing`), where
+    the model and the batch allow it; else the plain rows.
     """
     multimodal = batch.get("multimodal")
     decoder = _decoder(backbone)
+    if share_prefix and supports_prefix_sharing(decoder, batch):
+        return shared_prefix_hidden(decoder, batch, prompt_width)
     if multimodal:
         if remove_padding:
             raise ValueError(
@@ -102,12 +108,18 @@ class ActorModule(nn.Module):
     """Policy: per-token log pi(response_t | context) and entropy at temperature ``tau``."""
 
     def __init__(
-        self, backbone: PreTrainedModel, *, chunk_size: int = 1024, remove_padding: bool = False
+        self,
+        backbone: PreTrainedModel,
+        *,
+        chunk_size: int = 1024,
+        remove_padding: bool = False,
+        share_prefix: bool = False,
     ) -> None:
         super().__init__()
         self.backbone = backbone
         self.chunk_size = chunk_size
         self.remove_padding = remove_padding
+        self.share_prefix = share_prefix
 
     def forward(
         self,
@@ -117,7 +129,9 @@ class ActorModule(nn.Module):
         compute_entropy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked)."""
-        hidden = _response_hidden(self.backbone, batch, prompt_width, self.remove_padding)
+        hidden = _response_hidden(
+            self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
+        )
         head = self.backbone.get_output_embeddings()
         logp, ent = ops.token_logprobs_and_entropy(
             hidden,
@@ -139,10 +153,13 @@ class ActorModule(nn.Module):
 class CriticModule(nn.Module):
     """Value model: the backbone's decoder plus a scalar head on each position."""
 
-    def __init__(self, backbone: PreTrainedModel, *, remove_padding: bool = False) -> None:
+    def __init__(
+        self, backbone: PreTrainedModel, *, remove_padding: bool = False, share_prefix: bool = False
+    ) -> None:
         super().__init__()
         self.backbone = backbone
         self.remove_padding = remove_padding
+        self.share_prefix = share_prefix
         hidden = backbone.config.hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=next(backbone.parameters()).dtype)
         nn.init.zeros_(self.value_head.weight)
@@ -150,7 +167,9 @@ class CriticModule(nn.Module):
 
     def forward(self, batch: dict[str, Any], prompt_width: int) -> torch.Tensor:
         """Values V(s_t) before each response token, (B, T) float32."""
-        hidden = _response_hidden(self.backbone, batch, prompt_width, self.remove_padding)
+        hidden = _response_hidden(
+            self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
+        )
         return self.value_head(hidden).squeeze(-1).float()
 
 

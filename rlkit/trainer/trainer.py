@@ -54,6 +54,12 @@ from rlkit.trainer.batch import (
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from rlkit.trainer.config import ExperimentConfig
 from rlkit.trainer.metrics import WeightedMeans, data_metrics
+from rlkit.trainer.prefix_sharing import (
+    grouped_row_split,
+    grouped_token_split,
+    prompt_groups,
+    whole_group_shares,
+)
 from rlkit.trainer.prompts import PromptSampler, PromptSet, tokenize_prompts
 from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
@@ -339,7 +345,10 @@ class RLTrainer:
             )
         actor, opt = self.backend.prepare(
             ActorModule(
-                backbone, chunk_size=o.logprob_chunk_size, remove_padding=m.use_remove_padding
+                backbone,
+                chunk_size=o.logprob_chunk_size,
+                remove_padding=m.use_remove_padding,
+                share_prefix=m.share_prompt_prefix,
             ),
             self._optimizer_factory(o.lr),
         )
@@ -352,6 +361,7 @@ class RLTrainer:
                     ref_backbone,
                     chunk_size=o.logprob_chunk_size,
                     remove_padding=m.use_remove_padding,
+                    share_prefix=m.share_prompt_prefix,
                 ),
                 None,
             )
@@ -366,7 +376,9 @@ class RLTrainer:
             m.critic_path or m.path, dtype=m.dtype, gguf_file=m.gguf_file
         )
         critic, opt = self.backend.prepare(
-            CriticModule(backbone, remove_padding=m.use_remove_padding),
+            CriticModule(
+                backbone, remove_padding=m.use_remove_padding, share_prefix=m.share_prompt_prefix
+            ),
             self._optimizer_factory(self.cfg.optim.critic_lr),
         )
         return critic, opt, self._scheduler(opt)
@@ -385,7 +397,10 @@ class RLTrainer:
             backbone = load_causal_lm(path, dtype=m.dtype, gguf_file=gguf)
             backbone.requires_grad_(trainable)
             return ActorModule(
-                backbone, chunk_size=o.logprob_chunk_size, remove_padding=m.use_remove_padding
+                backbone,
+                chunk_size=o.logprob_chunk_size,
+                remove_padding=m.use_remove_padding,
+                share_prefix=m.share_prompt_prefix,
             )
 
         self.prm, self.prm_opt = self.backend.prepare(module(True), self._optimizer_factory(p.lr))
@@ -809,6 +824,8 @@ class RLTrainer:
     # -------------------------------------------------------- forward passes
     def _micro_batches(self, local: TrainBatch) -> list[torch.Tensor]:
         o = self.cfg.optim
+        if self.cfg.model.share_prompt_prefix:
+            return self._grouped_micro_batches(local)
         if not o.use_dynamic_bsz:
             return length_sorted_split(
                 local.prompt_lengths, local.response_lengths, o.micro_batch_size
@@ -818,12 +835,31 @@ class RLTrainer:
         agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
         return token_budget_split(lengths, o.max_token_len_per_micro_batch, min_parts=agreed)
 
+    def _grouped_micro_batches(self, local: TrainBatch) -> list[torch.Tensor]:
+        """Micro-batches that keep a prompt's rows together, so its forward is shared."""
+        o = self.cfg.optim
+        groups = prompt_groups(local.input_ids, local.attention_mask, local.prompt_width)
+        prompts, responses = local.prompt_lengths.tolist(), local.response_lengths.tolist()
+        if o.use_dynamic_bsz:
+            budget = o.max_token_len_per_micro_batch
+            parts = grouped_token_split(groups, prompts, responses, budget)
+            agreed = comm.same_everywhere(len(parts), "max")
+            return grouped_token_split(groups, prompts, responses, budget, min_parts=agreed)
+        parts = grouped_row_split(groups, responses, o.micro_batch_size)
+        agreed = comm.same_everywhere(len(parts), "max")  # FSDP needs equal forward counts
+        return parts + [torch.zeros(0, dtype=torch.long)] * (agreed - len(parts))
+
     def _shares(self, batch: TrainBatch) -> tuple[TrainBatch, list[list[int]]]:
         """``batch`` padded to a multiple of the process count, and each process's rows of
         it: of near-equal token totals (``TrainerConfig.balance_batch``) or contiguous."""
         padded = pad_rows_to_multiple(batch, self.world)
+        lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
+        if self.world > 1 and self.cfg.model.share_prompt_prefix:
+            groups = prompt_groups(padded.input_ids, padded.attention_mask, padded.prompt_width)
+            whole = whole_group_shares(groups, lengths, self.world, self.cfg.trainer.balance_batch)
+            if whole is not None:
+                return padded, whole
         if self.cfg.trainer.balance_batch and self.world > 1:
-            lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
             return padded, balanced_partitions(lengths, self.world)
         return padded, contiguous_partitions(len(padded), self.world)
 

@@ -186,3 +186,28 @@ def test_balancing_rows_across_processes_changes_who_computes_not_the_update(
     assert "global_seqlen/balanced_max" not in off
     assert on["global_seqlen/balanced_min"] <= on["global_seqlen/mean"]
     assert on["global_seqlen/mean"] <= on["global_seqlen/balanced_max"] <= on["global_seqlen/max"]
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_shared_prefix_forwards_on_two_processes_give_the_plain_rows_update(
+    demo_model_dir, tmp_path
+):
+    """A 2-process step with each prompt computed once per group (whole groups per process
+    and micro-batch) against plain rows: the same losses and gradient norms."""
+    runs = {}
+    for share in (True, False):
+        out = tmp_path / f"share_{share}"
+        bindings = LENGTH_REWARD_RUN | {
+            "ModelConfig.share_prompt_prefix": share,
+            "AlgorithmConfig.use_kl_loss": True,  # a reference pass too
+            "TrainerConfig.total_steps": 1,
+            "TrainerConfig.save_at_end": False,
+            "TrainerConfig.val_before_train": False,
+        }
+        train_two_processes(arithmetic_gin(demo_model_dir, out, bindings), tmp_path)
+        runs[share] = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    on, off = runs[True], runs[False]
+    assert on["critic/score/mean"] == off["critic/score/mean"]
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss"):
+        assert on[key] == pytest.approx(off[key], rel=1e-5, abs=1e-7), key

@@ -1,0 +1,213 @@
+"""Shared-prefix forward passes: each prompt computed once for all of its responses.
+
+A GRPO-style batch holds ``n`` responses per prompt. Run as ``n`` separate rows, the
+decoder computes the prompt ``n`` times. Here the rows of a micro-batch that share a
+prompt are packed into one sequence, the prompt followed by every response,
+
+    P R_1 R_2 ... R_n      (positions: P at 0..p-1, each R_i again from p)
+
+under a mask that lets a response token see the prompt and the earlier tokens of its
+own response only. Every response token then has exactly the context it has in its own
+row (same tokens, same positions), so hidden states, log-probs, entropies, values and
+the gradients reaching the prompt (the sum over the ``n`` responses, as the unshared
+rows add up) equal the unshared computation up to float rounding; the prompt's matrix
+products run once instead of ``n`` times.
+
+The mask is a 4D tensor handed to the model as is, so this needs an attention
+implementation that takes arbitrary masks: ``sdpa`` or ``eager``. Flash-attention
+and multimodal inputs fall back to the plain rows (:func:`supports_prefix_sharing`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
+from rlkit.trainer.batch import token_budget_split
+
+_MASKED_ATTENTION = ("sdpa", "eager")
+
+
+def supports_prefix_sharing(backbone: nn.Module, batch: dict[str, Any]) -> bool:
+    """True if ``backbone`` takes a custom 4D attention mask and ``batch`` is text only."""
+    config = getattr(backbone, "config", None)
+    implementation = getattr(config, "_attn_implementation", None)
+    return implementation in _MASKED_ATTENTION and not batch.get("multimodal")
+
+
+def prompt_groups(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int
+) -> list[list[int]]:
+    """Row indices grouped by identical prompt (the real tokens of the first
+    ``prompt_width`` columns), each group ascending, groups by their first row."""
+    keep = attention_mask[:, :prompt_width].bool()
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row, (ids, real) in enumerate(zip(input_ids[:, :prompt_width], keep)):
+        groups.setdefault(tuple(ids[real].tolist()), []).append(row)
+    return list(groups.values())
+
+
+def shared_prefix_hidden(
+    decoder: nn.Module, batch: dict[str, Any], prompt_width: int
+) -> torch.Tensor:
+    """The hidden states predicting each response token, as ``_response_hidden`` returns
+    them for plain rows: (B, T, H), from one packed sequence per prompt. Positions past a
+    row's response are 0."""
+    ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+    width = ids.shape[1] - prompt_width
+    lengths = mask[:, prompt_width:].sum(dim=1).tolist()
+    layout = _Layout(ids, mask, prompt_width, lengths)
+    hidden = decoder(
+        input_ids=layout.ids,
+        attention_mask=layout.attention_mask(decoder),
+        position_ids=layout.positions,
+        use_cache=False,
+    ).last_hidden_state  # (G, L, H)
+    out = hidden.new_zeros(ids.shape[0], width, hidden.shape[-1])
+    group, position = layout.predicting_positions(width)
+    valid = position >= 0
+    rows, cols = valid.nonzero(as_tuple=True)
+    picked = hidden[group[rows, cols], position[rows, cols]]
+    return out.index_put((rows, cols), picked)  # out of place: gradients reach `hidden`
+
+
+class _Layout:
+    """Where each prompt and response sits in the packed rows (one per prompt group)."""
+
+    def __init__(
+        self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int, lengths: list[int]
+    ) -> None:
+        self.groups = prompt_groups(ids, mask, prompt_width)
+        rows_ids, rows_seg, rows_pos = [], [], []
+        # row -> (group, prompt length, where its response starts, response length)
+        self.starts: dict[int, tuple[int, int, int, int]] = {}
+        for g, members in enumerate(self.groups):
+            prompt = ids[members[0], :prompt_width][mask[members[0], :prompt_width]].tolist()
+            seq, seg, pos = list(prompt), [0] * len(prompt), list(range(len(prompt)))
+            for i, row in enumerate(members, start=1):
+                n = lengths[row]
+                self.starts[row] = (g, len(prompt), len(seq), n)
+                seq += ids[row, prompt_width : prompt_width + n].tolist()
+                seg += [i] * n
+                pos += range(len(prompt), len(prompt) + n)
+            rows_ids.append(seq)
+            rows_seg.append(seg)
+            rows_pos.append(pos)
+        longest = max(len(s) for s in rows_ids)
+
+        def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
+            return torch.tensor([r + [fill] * (longest - len(r)) for r in rows], device=ids.device)
+
+        self.ids = padded(rows_ids, 0)
+        self.segments = padded(rows_seg, -1)  # -1: padding
+        self.positions = padded(rows_pos, 0)
+
+    def attention_mask(self, decoder: nn.Module) -> torch.Tensor:
+        """(G, 1, L, L): causal, and a response token sees only the prompt (segment 0)
+        and its own response; a padding query sees itself (no row without a key)."""
+        seg = self.segments
+        length = seg.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=seg.device).tril()
+        q, k = seg[:, :, None], seg[:, None, :]
+        allowed = causal & (k >= 0) & ((k == 0) | (k == q))
+        allowed |= torch.eye(length, dtype=torch.bool, device=seg.device) & (q < 0)
+        allowed = allowed[:, None]
+        if getattr(decoder.config, "_attn_implementation", None) == "eager":
+            # eager attention adds the mask to the scores: 0 where allowed, a large negative
+            # number elsewhere (softmax then gives those keys weight 0).
+            blocked = torch.finfo(torch.float32).min
+            return torch.zeros(allowed.shape, device=seg.device).masked_fill(~allowed, blocked)
+        return allowed
+
+    def predicting_positions(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For row b and response position t: the packed group and position whose hidden
+        state predicts that token (the prompt's last token for t = 0), -1 past the end."""
+        rows = len(self.starts)
+        group = torch.zeros(rows, width, dtype=torch.long)
+        position = torch.full((rows, width), -1, dtype=torch.long)
+        for row, (g, prompt_length, start, n) in self.starts.items():
+            group[row] = g
+            if n:
+                position[row, 0] = prompt_length - 1
+                position[row, 1:n] = torch.arange(start, start + n - 1)
+        device = self.ids.device
+        return group.to(device), position.to(device)
+
+
+# ---------------------------------------------------------------- micro-batches
+def grouped_row_split(
+    groups: list[list[int]], response_lengths: list[int], micro_batch_size: int
+) -> list[torch.Tensor]:
+    """Micro-batches of at most ``micro_batch_size`` rows that keep each prompt's rows
+    together (a group larger than that is cut into chunks of that size).
+
+    Chunks are ordered by their longest response, then filled into micro-batches in that
+    order, so rows of similar length share one (as ``length_sorted_split`` does).
+
+    Returns:
+        Index tensors, each ascending; together a permutation of the rows.
+    """
+    chunks = [
+        g[i : i + micro_batch_size] for g in groups for i in range(0, len(g), micro_batch_size)
+    ]
+    chunks.sort(key=lambda c: (max(response_lengths[r] for r in c), c[0]))
+    parts: list[list[int]] = []
+    for chunk in chunks:
+        if parts and len(parts[-1]) + len(chunk) <= micro_batch_size:
+            parts[-1] += chunk
+        else:
+            parts.append(list(chunk))
+    return [torch.tensor(sorted(p), dtype=torch.long) for p in parts]
+
+
+def grouped_token_split(
+    groups: list[list[int]],
+    prompt_lengths: list[int],
+    response_lengths: list[int],
+    max_tokens: int,
+    min_parts: int = 1,
+) -> list[torch.Tensor]:
+    """Micro-batches whose packed shared-prefix rows fit ``max_tokens`` (one packed row
+    per prompt: its length is the prompt plus the group's responses), keeping groups
+    whole where a group fits; a longer group is cut into chunks that fit.
+
+    Returns:
+        Index tensors, each ascending, at least ``min_parts`` (empty ones pad).
+    """
+    units: list[list[int]] = []
+    for group in groups:
+        unit: list[int] = []
+        for row in group:
+            packed = prompt_lengths[row] + sum(response_lengths[r] for r in [*unit, row])
+            if unit and packed > max_tokens:
+                units.append(unit)
+                unit = []
+            unit.append(row)
+        units.append(unit)
+    packed = torch.tensor(
+        [prompt_lengths[u[0]] + sum(response_lengths[r] for r in u) for u in units]
+    )
+    parts = token_budget_split(packed, max_tokens, min_parts=min_parts)
+    return [
+        torch.tensor(sorted(r for u in part.tolist() for r in units[u]), dtype=torch.long)
+        for part in parts
+    ]
+
+
+def whole_group_shares(
+    groups: list[list[int]], lengths: list[int], world: int, balance: bool
+) -> list[list[int]] | None:
+    """Each process's rows as whole prompt groups, equally many per process (balanced by
+    the groups' tokens when ``balance``, else in order); ``None`` when the groups differ in
+    size or do not split evenly, and rows must be split instead."""
+    if len({len(g) for g in groups}) != 1 or len(groups) % world:
+        return None
+    if balance:
+        weights = [sum(lengths[r] for r in g) for g in groups]
+        parts = balanced_partitions(weights, world)
+    else:
+        parts = contiguous_partitions(len(groups), world)
+    return [sorted(r for unit in part for r in groups[unit]) for part in parts]
