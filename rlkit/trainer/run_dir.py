@@ -44,6 +44,9 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.progress_bar",
         "TrainerConfig.plot_learning_curve",
         "TrainerConfig.num_threads",
+        # Which process or packed row computes a token: the same result, to float rounding.
+        "TrainerConfig.balance_batch",
+        "ModelConfig.share_prompt_prefix",
         # Validation draws from its own random stream, so these leave training unchanged.
         "RolloutConfig.val_n",
         "RolloutConfig.val_temperature",
