@@ -22,7 +22,10 @@ value | note); a section that fails puts its error in the table and the next one
    backward on ragged rows (real lengths 1/4 to all of each half), timed alternately;
    the row names the attention implementation that ran (flash-attention 2 if
    installed, else SDPA) and the largest log-prob difference between the two.
-5. ``shared prefix``: rlkit has no shared-prefix forward yet; the row says so.
+5. ``shared prefix``: ``ActorModule(share_prefix=True)`` vs ``False`` forward + backward
+   on the remove-padding rows, every ``prefix_group`` of them given one prompt (as GRPO's
+   n responses to a prompt), SDPA attention; timed alternately, with the largest log-prob
+   difference between the two.
 6. ``fsdp2``: ``TrainingBackend(strategy="fsdp2", mixed_precision="bf16")`` in this
    single process, the 0.5B actor, 3 steps (forward, backward, clip, AdamW); step times
    and whether every loss is finite.
@@ -133,6 +136,7 @@ class Sizes:
     rmpad_prompt: int
     rmpad_response: int
     rmpad_rounds: int
+    prefix_group: int
     fsdp_model: ModelShape
     fsdp_rows: int
     fsdp_prompt: int
@@ -158,6 +162,7 @@ FULL = Sizes(
     rmpad_prompt=512,
     rmpad_response=512,
     rmpad_rounds=3,
+    prefix_group=8,
     fsdp_model=QWEN_05B,
     fsdp_rows=8,
     fsdp_prompt=256,
@@ -181,6 +186,7 @@ TINY = Sizes(
     rmpad_prompt=16,
     rmpad_response=32,
     rmpad_rounds=2,
+    prefix_group=2,
     fsdp_model=TINY_A,
     fsdp_rows=2,
     fsdp_prompt=8,
@@ -641,6 +647,31 @@ def _cpu_logprob(ctx: Context) -> tuple[tuple[float, float], tuple[float, float]
     return (float(fused["peak"]), min(fused["times"])), (float(naive["peak"]), min(naive["times"]))
 
 
+def _alternate(
+    ctx: Context, actor: ActorModule, batch: dict, prompt_width: int, switch: str, rounds: int
+) -> tuple[float, float, float]:
+    """Forward + backward with ``actor.<switch>`` off and on, alternately (round 0 warms
+    both up); returns (median s off, median s on, largest log-prob difference)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    logps: dict[bool, torch.Tensor] = {}
+    for round_ in range(rounds + 1):
+        for on in (False, True):
+            setattr(actor, switch, on)
+            ctx.sync()
+            start = time.perf_counter()
+            with ctx.autocast():
+                loss, logp = actor_loss(actor, batch, prompt_width)
+            loss.backward()
+            ctx.sync()
+            if round_ > 0:
+                times[on].append(time.perf_counter() - start)
+            logps[on] = logp.detach()
+            actor.zero_grad(set_to_none=True)
+    mask = batch["response_mask"].bool()
+    diff = (logps[True] - logps[False]).abs()[mask].max().item()
+    return statistics.median(times[False]), statistics.median(times[True]), diff
+
+
 def section_remove_padding(ctx: Context) -> None:
     """4. Remove-padding speedup on ragged rows (forward + backward, no optimizer)."""
     s = ctx.sizes
@@ -653,27 +684,12 @@ def section_remove_padding(ctx: Context) -> None:
     )
     real = int(batch["attention_mask"].sum())
     total = batch["attention_mask"].numel()
-    times: dict[bool, list[float]] = {False: [], True: []}
-    logps: dict[bool, torch.Tensor] = {}
     try:
-        for round_ in range(s.rmpad_rounds + 1):  # round 0 warms up both
-            for remove in (False, True):
-                actor.remove_padding = remove
-                ctx.sync()
-                start = time.perf_counter()
-                with ctx.autocast():
-                    loss, logp = actor_loss(actor, batch, s.rmpad_prompt)
-                loss.backward()
-                ctx.sync()
-                if round_ > 0:
-                    times[remove].append(time.perf_counter() - start)
-                logps[remove] = logp.detach()
-                actor.zero_grad(set_to_none=True)
+        padded, packed, diff = _alternate(
+            ctx, actor, batch, s.rmpad_prompt, "remove_padding", s.rmpad_rounds
+        )
     finally:
         del actor, model
-    mask = batch["response_mask"].bool()
-    diff = (logps[True] - logps[False]).abs()[mask].max().item()
-    padded, packed = statistics.median(times[False]), statistics.median(times[True])
     setting = f"{shape.name}, {s.rmpad_rows} rows x {s.rmpad_prompt}+{s.rmpad_response}"
     ctx.table.add(
         "remove padding",
@@ -685,14 +701,43 @@ def section_remove_padding(ctx: Context) -> None:
     )
 
 
+def share_prompts(batch: dict[str, torch.Tensor], prompt_width: int, group: int) -> None:
+    """Give each run of ``group`` rows its first row's prompt (ids and padding), in place."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    for first in range(0, ids.shape[0], group):
+        ids[first : first + group, :prompt_width] = ids[first, :prompt_width]
+        mask[first : first + group, :prompt_width] = mask[first, :prompt_width]
+    batch["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
+
+
 def section_shared_prefix(ctx: Context) -> None:
-    """5. Shared-prefix forward: not in rlkit yet, so no number."""
+    """5. Shared-prefix speedup: each prompt once for its group (forward + backward)."""
+    s = ctx.sizes
+    shape = s.rmpad_model
+    model = build_model(ctx, shape, attn="sdpa")  # a custom 4D mask: not flash-attention
+    actor = ActorModule(model)
+    batch = make_batch(
+        ctx, s.rmpad_rows, s.rmpad_prompt, s.rmpad_response, vocab_of(shape), ragged=True
+    )
+    share_prompts(batch, s.rmpad_prompt, s.prefix_group)
+    try:
+        plain, shared, diff = _alternate(
+            ctx, actor, batch, s.rmpad_prompt, "share_prefix", s.rmpad_rounds
+        )
+    finally:
+        del actor, model
+    groups = s.rmpad_rows // s.prefix_group
+    setting = (
+        f"{shape.name}, {groups} prompts x {s.prefix_group} responses, "
+        f"{s.rmpad_prompt}+{s.rmpad_response}"
+    )
     ctx.table.add(
         "shared prefix",
-        "-",
-        "speedup",
-        "not implemented",
-        "rlkit has no shared-prefix forward yet; no number is reported",
+        setting,
+        "speedup (plain / shared)",
+        f"{plain / shared:.2f}x",
+        f"attention sdpa; plain {plain:.3f} s, shared {shared:.3f} s (median of "
+        f"{s.rmpad_rounds}); max abs logp diff {diff:.2e}",
     )
 
 

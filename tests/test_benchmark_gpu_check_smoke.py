@@ -59,7 +59,9 @@ def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
     assert float(memory["fused / naive memory"][3]) < 1.0  # the naive kernel holds V-wide logits
     (speedup,) = [r for r in by_section["remove padding"] if r[2].startswith("speedup")]
     assert speedup[3].endswith("x") and "attention sdpa" in speedup[4]
-    assert [r[3] for r in by_section["shared prefix"] if r[2] == "speedup"] == ["not implemented"]
+    (shared,) = [r for r in by_section["shared prefix"] if r[2].startswith("speedup")]
+    assert shared[3].endswith("x") and "2 prompts x 2 responses" in shared[1]
+    assert float(shared[4].rsplit("max abs logp diff ", 1)[1]) < 1e-4  # the same log-probs
     fsdp = {r[2]: r for r in by_section["fsdp2"]}
     assert fsdp["loss finite"][3] == "yes" and "sharded=True" in fsdp["step s (after the first)"][4]
 
