@@ -193,3 +193,38 @@ def test_a_trainer_step_with_shared_prefixes_equals_one_on_plain_rows(
     assert_same_gradients(shared, plain)
     for key in ("actor/entropy", "critic/values/mean", "critic/vf_loss", "actor/kl_loss"):
         assert shared.metrics[key] == pytest.approx(plain.metrics[key], rel=1e-4, abs=1e-6), key
+
+
+def test_packing_is_chosen_only_where_it_saves_flops():
+    from types import SimpleNamespace
+
+    from rlkit.trainer.prefix_sharing import cheapest_chunks
+
+    # Qwen2.5-0.5B's shape: D = 2 x 355M weights of the layers, A = 4 x 64 x 14 x 24.
+    config = SimpleNamespace(
+        hidden_size=896,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        num_hidden_layers=24,
+        intermediate_size=4864,
+        vocab_size=151936,
+    )
+    group = list(range(8))
+    # A 1024-token prompt, 8 responses of 64: packed 1536 tokens instead of 8 x 1088.
+    assert cheapest_chunks(group, [1024] * 8, [64] * 8, config) == [group]
+    # A 64-token prompt, 8 responses of 4096: attention over 32,832 packed tokens would
+    # cost far more than the prompt saves; the rows stay plain.
+    assert cheapest_chunks(group, [64] * 8, [4096] * 8, config) == [[r] for r in group]
+
+
+def test_the_test_batches_really_share_their_prompts(model_dir):
+    from rlkit.trainer.prefix_sharing import cheapest_chunks, prompt_groups
+
+    config = load(model_dir, "sdpa").config
+    batch = grouped_batch(config.vocab_size)
+    mask = batch.attention_mask
+    groups = prompt_groups(batch.input_ids, mask, batch.prompt_width)
+    prompts = mask[:, : batch.prompt_width].sum(1).tolist()
+    responses = mask[:, batch.prompt_width :].sum(1).tolist()
+    chunks = [c for g in groups for c in cheapest_chunks(g, prompts, responses, config)]
+    assert max(len(c) for c in chunks) >= 3  # the equality tests above compare real packing

@@ -49,7 +49,10 @@ class ModelConfig:
     """Actor, reference, critic and PRM forwards (and their backward) compute each prompt
     once for all the micro-batch's responses to it (``rlkit/trainer/prefix_sharing.py``):
     the same results as separate rows, to float rounding, with the prompt's FLOPs spent
-    once. Needs ``sdpa`` or ``eager`` attention and text-only rows; otherwise the plain
+    once. A group is packed (whole or in runs) only where that costs fewer FLOPs than
+    its rows: long responses after a short prompt stay plain, since the packed sequence's
+    attention grows with the group. Needs ``sdpa`` or ``eager`` attention and text-only
+    rows; otherwise the plain
     rows run (flash-attention, vision-language batches). Micro-batches and processes get
     whole groups where they can. Takes the place of ``use_remove_padding`` when both
     are on."""

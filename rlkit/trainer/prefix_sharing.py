@@ -11,7 +11,9 @@ own response only. Every response token then has exactly the context it has in i
 row (same tokens, same positions), so hidden states, log-probs, entropies, values and
 the gradients reaching the prompt (the sum over the ``n`` responses, as the unshared
 rows add up) equal the unshared computation up to float rounding; the prompt's matrix
-products run once instead of ``n`` times.
+products run once instead of ``n`` times. The packed sequence's attention is over all
+of it, so a group is packed only in runs whose FLOPs come below its plain rows'
+(:func:`cheapest_chunks`).
 
 The mask is a 4D tensor handed to the model as is, so this needs an attention
 implementation that takes arbitrary masks: ``sdpa`` or ``eager``. Flash-attention
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlkit.metrics.flops import dense_parameters
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import token_budget_split
 
@@ -59,7 +62,13 @@ def shared_prefix_hidden(
     ids, mask = batch["input_ids"], batch["attention_mask"].bool()
     width = ids.shape[1] - prompt_width
     lengths = mask[:, prompt_width:].sum(dim=1).tolist()
-    layout = _Layout(ids, mask, prompt_width, lengths)
+    prompt_lengths = mask[:, :prompt_width].sum(dim=1).tolist()
+    groups = [
+        chunk
+        for group in prompt_groups(ids, mask, prompt_width)
+        for chunk in cheapest_chunks(group, prompt_lengths, lengths, decoder.config)
+    ]
+    layout = _Layout(ids, mask, prompt_width, lengths, groups)
     hidden = decoder(
         input_ids=layout.ids,
         attention_mask=layout.attention_mask(decoder),
@@ -74,13 +83,46 @@ def shared_prefix_hidden(
     return out.index_put((rows, cols), picked)  # out of place: gradients reach `hidden`
 
 
+def cheapest_chunks(
+    group: list[int], prompt_lengths: list[int], response_lengths: list[int], config: Any
+) -> list[list[int]]:
+    """``group`` cut into runs of k rows, each run one packed sequence, for the k that
+    costs the fewest FLOPs (k = 1: plain rows).
+
+    Packing saves the prompt's matrix products but attends over the whole packed
+    sequence: a packed row of L tokens costs D·L + A·L² (D = 2 FLOPs per weight of the
+    decoder layers, A = 4 · head_dim · heads · layers for the scores and the weighted sum
+    over the full L x L mask), against Σ_i D·(p + r_i) + A·(p + r_i)² for the plain rows.
+    Short responses after a long prompt pack whole; responses much longer than the
+    prompt stay plain (their attention would grow n-fold).
+    """
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    dense = 2 * (dense_parameters(config) - 2 * config.vocab_size * config.hidden_size)
+    attention = 4 * head_dim * heads * config.num_hidden_layers
+    prompt = prompt_lengths[group[0]]
+
+    def cost(k: int) -> float:
+        runs = [group[i : i + k] for i in range(0, len(group), k)]
+        packed = [prompt + sum(response_lengths[r] for r in run) for run in runs]
+        return sum(dense * n + attention * n * n for n in packed)
+
+    best = min(range(1, len(group) + 1), key=lambda k: (cost(k), -k))
+    return [group[i : i + best] for i in range(0, len(group), best)]
+
+
 class _Layout:
     """Where each prompt and response sits in the packed rows (one per prompt group)."""
 
     def __init__(
-        self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int, lengths: list[int]
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        prompt_width: int,
+        lengths: list[int],
+        groups: list[list[int]],
     ) -> None:
-        self.groups = prompt_groups(ids, mask, prompt_width)
+        self.groups = groups
         rows_ids, rows_seg, rows_pos = [], [], []
         # row -> (group, prompt length, where its response starts, response length)
         self.starts: dict[int, tuple[int, int, int, int]] = {}
