@@ -148,6 +148,7 @@ def test_metrics_are_hand_computable():
     assert batch.metrics() == {
         "reward/num_errors": 1.0,
         "reward/num_timeouts": 0.0,
+        "reward/num_past_deadline": 0.0,
         "reward/mean": 0.375,  # 1.5 / 4
         "reward/min": 0.0,
         "reward/max": 1.0,
@@ -158,7 +159,11 @@ def test_metrics_are_hand_computable():
 def test_empty_batch_gives_empty_scores_and_no_nan():
     out = score_batch("gsm8k", [], [])
     assert out.scores == [] and out.infos == []
-    assert out.metrics() == {"reward/num_errors": 0.0, "reward/num_timeouts": 0.0}
+    assert out.metrics() == {
+        "reward/num_errors": 0.0,
+        "reward/num_timeouts": 0.0,
+        "reward/num_past_deadline": 0.0,
+    }
 
 
 def test_astronomical_math_answer_does_not_hang_an_inline_step():
