@@ -45,7 +45,7 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
     out = capsys.readouterr().out
     assert "matmul bound (float32, 1 thread(s)):" in out
     rows = table_rows(out)
-    assert rows["rlkit phase"][:4] == ["median s", "GFLOP", "GFLOP/s", "of bound"]
+    assert rows["rlkit phase"][:4] == ["median s", "GFLOP as plain rows", "GFLOP/s", "of bound"]
     assert rows["update_actor"][3].endswith("%")  # a fraction of the bound was measured
     header = rows["framework"]
     assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
