@@ -78,7 +78,8 @@ WORKLOADS: dict[str, dict[str, object]] = {
         "max_completion_length": 64, "micro_batch_size": 16, "hidden_size": 512, "layers": 8,
         "sft_steps": 0,
     },
-    # GSM8K's shape: 200-token prompts, 128-token responses, n = 8, the realistic model.
+    # GSM8K's shape: ~185-token prompts (a 200-character preamble), 128-token responses,
+    # n = 8, the realistic model.
     "gsm8k_like": {
         "rounds": 2, "steps": 4, "warmup": 1, "prompts_per_step": 8, "group_size": 8,
         "max_completion_length": 128, "micro_batch_size": 16, "hidden_size": 512, "layers": 8,
@@ -129,7 +130,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a named workload: sets the defaults of the size options (flags still win)",
     )
     p.add_argument(
-        "--prompt-tokens", type=int, default=0, help="lengthen prompts to about this many tokens"
+        "--prompt-tokens",
+        type=int,
+        default=0,
+        help="lengthen prompts by a preamble of this many characters",
     )
     p.add_argument(
         "--mixed-precision",
@@ -266,7 +270,7 @@ def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
         f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
         f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
         f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}, prompts "
-        f"+{workload.prompt_tokens} tokens, mixed precision {workload.mixed_precision!r}",
+        f"+{workload.prompt_tokens} characters, mixed precision {workload.mixed_precision!r}",
         "",
         "| framework | " + " | ".join(c[1] for c in COLUMNS) + " | steps | tokens/step |",
         "|---|" + "---:|" * (len(COLUMNS) + 2),
