@@ -14,6 +14,7 @@ it was to score.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import logging
 import math
 import numbers
@@ -159,6 +160,27 @@ def _score_inline(
     deadline: float | None = None,
     hard_limit_s: float | None = None,
 ) -> list[CallResult]:
+    # With a deadline, one watchdog covers the batch (deadline + hard limit): arming one per
+    # call costs more than a rule reward's call itself.
+    batch_watchdog = deadline is not None and hard_limit_s is not None and bool(calls)
+    if batch_watchdog:
+        faulthandler.dump_traceback_later(deadline - time.monotonic() + hard_limit_s, exit=True)
+    try:
+        return _score_calls(
+            fn, calls, timeout_s, deadline, None if batch_watchdog else hard_limit_s
+        )
+    finally:
+        if batch_watchdog:
+            faulthandler.cancel_dump_traceback_later()
+
+
+def _score_calls(
+    fn: Callable[..., Any],
+    calls: list[tuple[str, str, Mapping]],
+    timeout_s: float | None,
+    deadline: float | None,
+    hard_limit_s: float | None,
+) -> list[CallResult]:
     results = []
     for response, ground_truth, extra in calls:
         limit = timeout_s
@@ -230,8 +252,10 @@ def score_batch(
         hard_limit_s: ``num_workers == 0`` only: a watchdog that ends this process
             (status 1, the stuck reward's traceback on stderr) when one call runs this
             many seconds past its limit: a C call that ``SIGALRM`` cannot interrupt
-            would otherwise hang the process forever. ``None``: no watchdog. The
-            trainer sets it; worker processes (``num_workers >= 1``) need none.
+            would otherwise hang the process forever. With ``deadline_s`` one watchdog
+            covers the whole batch instead, ending it ``hard_limit_s`` after the deadline
+            (a watchdog per call costs more than a rule reward's call). ``None``: no
+            watchdog. The trainer sets it; worker processes (``num_workers >= 1``) need none.
 
     Returns:
         :class:`BatchScores` with exactly B scores and B infos, in input order.

@@ -53,6 +53,31 @@ def test_a_reward_stuck_in_one_c_call_ends_the_process_with_a_message():
     assert time.monotonic() - start < 30
 
 
+def test_with_a_deadline_one_watchdog_ends_a_batch_stuck_in_a_c_call():
+    # The first call returns; the second is stuck in C past its 0.5 s limit: the batch's
+    # watchdog fires at the deadline (1 s) + the hard limit (0.5 s).
+    code = (
+        "import rewards\n"
+        "def stuck(response, ground_truth, **extra):\n"
+        "    return 1.0 if response == 'ok' else float(sum(range(10**11)))\n"
+        "rewards.score_batch(stuck, ['ok', 'x'], ['y', 'y'], timeout_s=0.5, deadline_s=1.0,\n"
+        "                    hard_limit_s=0.5)\n"
+    )
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "Timeout (0:00:01." in proc.stderr and "in stuck" in proc.stderr  # about 1.5 s
+    assert time.monotonic() - start < 30
+
+
+def test_a_batch_that_finishes_disarms_its_watchdog():
+    out = rewards.score_batch(
+        "exact_match", ["12"] * 4, ["12"] * 4, timeout_s=1.0, deadline_s=0.5, hard_limit_s=0.1
+    )
+    time.sleep(1.0)  # past deadline + hard limit: an armed watchdog would end this process
+    assert out.scores == [1.0] * 4
+
+
 @pytest.mark.parametrize(
     ("failed", "rate", "stops"), [(4, 1.0, True), (3, 1.0, False), (2, 0.5, True), (1, 0.5, False)]
 )
