@@ -37,37 +37,41 @@ def test_the_deadline_bounds_a_worker_pool_batch_too():
     assert out.num_timeouts == out.num_past_deadline == 6  # 2 in flight killed, 4 never sent
 
 
-def test_a_reward_stuck_in_one_c_call_ends_the_process_with_a_message():
-    # sum(range(10**11)) is one C call: SIGALRM's handler cannot run until it returns
-    # (minutes), so only the watchdog stops it, timeout 0.5 s + hard limit 0.5 s later.
+def run_stuck_scoring(score_call: str, stuck_when: str = "True") -> str:
+    """Run ``rewards.<score_call>`` in a fresh process on a reward stuck in one C call
+    where ``stuck_when`` holds (else it returns 1.0); the process must be ended by the
+    watchdog, status 1, within 30 s. Returns its stderr.
+
+    sum(range(10**11)) is one C call: SIGALRM's handler cannot run until it returns
+    (minutes), so only the watchdog stops it."""
     code = (
         "import rewards\n"
         "def stuck(response, ground_truth, **extra):\n"
-        "    return float(sum(range(10**11)))\n"
-        "rewards.score_batch(stuck, ['x'], ['y'], timeout_s=0.5, hard_limit_s=0.5)\n"
+        f"    return float(sum(range(10**11))) if {stuck_when} else 1.0\n"
+        f"rewards.{score_call}\n"
     )
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "Timeout (0:00:01)!" in proc.stderr and "in stuck" in proc.stderr  # the reward
+    assert "in stuck" in proc.stderr  # the reward's line, in the watchdog's traceback
     assert time.monotonic() - start < 30
+    return proc.stderr
+
+
+def test_a_reward_stuck_in_one_c_call_ends_the_process_with_a_message():
+    # The call's limit (0.5 s) + the hard limit (0.5 s).
+    stderr = run_stuck_scoring("score_batch(stuck, ['x'], ['y'], timeout_s=0.5, hard_limit_s=0.5)")
+    assert "Timeout (0:00:01)!" in stderr
 
 
 def test_with_a_deadline_one_watchdog_ends_a_batch_stuck_in_a_c_call():
     # The first call returns; the second is stuck in C past its 0.5 s limit: the batch's
-    # watchdog fires at the deadline (1 s) + the hard limit (0.5 s).
-    code = (
-        "import rewards\n"
-        "def stuck(response, ground_truth, **extra):\n"
-        "    return 1.0 if response == 'ok' else float(sum(range(10**11)))\n"
-        "rewards.score_batch(stuck, ['ok', 'x'], ['y', 'y'], timeout_s=0.5, deadline_s=1.0,\n"
-        "                    hard_limit_s=0.5)\n"
+    # watchdog fires at the deadline (1 s) + the hard limit (0.5 s), about 1.5 s.
+    call = (
+        "score_batch(stuck, ['ok', 'x'], ['y', 'y'], timeout_s=0.5, deadline_s=1.0, "
+        "hard_limit_s=0.5)"
     )
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1
-    assert "Timeout (0:00:01." in proc.stderr and "in stuck" in proc.stderr  # about 1.5 s
-    assert time.monotonic() - start < 30
+    assert "Timeout (0:00:01." in run_stuck_scoring(call, stuck_when="response == 'x'")
 
 
 def test_a_batch_that_finishes_disarms_its_watchdog():
