@@ -852,14 +852,16 @@ class RLTrainer:
     def _shares(self, batch: TrainBatch) -> tuple[TrainBatch, list[list[int]]]:
         """``batch`` padded to a multiple of the process count, and each process's rows of
         it: of near-equal token totals (``TrainerConfig.balance_batch``) or contiguous."""
+        if self.world == 1:  # one process holds every row: nothing to pad, group or balance
+            return batch, [list(range(len(batch)))]
         padded = pad_rows_to_multiple(batch, self.world)
         lengths = (padded.prompt_lengths + padded.response_lengths).tolist()
-        if self.world > 1 and self.cfg.model.share_prompt_prefix:
+        if self.cfg.model.share_prompt_prefix:
             groups = prompt_groups(padded.input_ids, padded.attention_mask, padded.prompt_width)
             whole = whole_group_shares(groups, lengths, self.world, self.cfg.trainer.balance_batch)
             if whole is not None:
                 return padded, whole
-        if self.cfg.trainer.balance_batch and self.world > 1:
+        if self.cfg.trainer.balance_batch:
             return padded, balanced_partitions(lengths, self.world)
         return padded, contiguous_partitions(len(padded), self.world)
 
