@@ -39,7 +39,7 @@ def test_demo_rl_raises_held_out_accuracy_by_20_points(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "before RL:" in proc.stdout and "after RL:" in proc.stdout
     curve = [(r["step"], r[KEY]) for r in read_metrics(out / "metrics.jsonl") if KEY in r]
-    assert curve[0][0] == 0 and curve[-1][0] == 120 and len(curve) >= 6
+    assert curve[0][0] == 0 and curve[-1][0] == 160 and len(curve) >= 6
     before, after = curve[0][1], curve[-1][1]
     assert after - before >= 0.20, f"held-out accuracy {before:.3f} -> {after:.3f} over RL: {curve}"
     assert (out / "learning_curve.png").stat().st_size > 10_000
