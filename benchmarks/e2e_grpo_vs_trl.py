@@ -312,11 +312,21 @@ def phase_table(runs: list[Run], warmup: int) -> str:
     return "\n".join(lines)
 
 
+def _seconds_per_call(product, a, b, seconds: float) -> float:
+    """Mean seconds of ``product(a, b)`` repeated for about ``seconds`` (first call untimed)."""
+    import time
+
+    product(a, b)  # the first call pays one-off costs
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        product(a, b)
+        done += 1
+    return (time.perf_counter() - start) / done
+
+
 def matmul_bound(threads: int, dtype: str, size: int = 1024, seconds: float = 1.0) -> float:
     """This machine's matrix-product FLOP/s at ``threads`` threads: square products of
     ``size``, float32 (``dtype="no"``) or bf16, repeated for about ``seconds``."""
-    import time
-
     import torch
 
     before = torch.get_num_threads()
@@ -324,12 +334,57 @@ def matmul_bound(threads: int, dtype: str, size: int = 1024, seconds: float = 1.
     try:
         kind = torch.bfloat16 if dtype == "bf16" else torch.float32
         a, b = torch.randn(size, size).to(kind), torch.randn(size, size).to(kind)
-        a @ b  # the first call pays one-off costs
-        done, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            a @ b
-            done += 1
-        return 2 * size**3 * done / (time.perf_counter() - start)
+        return 2 * size**3 / _seconds_per_call(torch.matmul, a, b, seconds)
+    finally:
+        torch.set_num_threads(before)
+
+
+def linear_shapes(config) -> list[tuple[int, int]]:
+    """(in, out) features of one decoder layer's linear layers: q, k, v, o, gate, up, down."""
+    hidden, heads = config.hidden_size, config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    inner = config.intermediate_size
+    return [
+        (hidden, heads * head_dim),
+        (hidden, kv * head_dim),
+        (hidden, kv * head_dim),
+        (heads * head_dim, hidden),
+        (hidden, inner),
+        (hidden, inner),
+        (inner, hidden),
+    ]
+
+
+def shape_bound(
+    config, tokens: int, threads: int, dtype: str, backward: bool, seconds: float = 0.25
+) -> float:
+    """FLOP/s of the model's own layer products at ``tokens`` rows, ``dtype`` at ``threads``.
+
+    The rate a phase would reach if it did nothing but its decoder-layer matrix products,
+    each as fast as this machine runs that shape: the forward ``x @ W.T`` and, with
+    ``backward``, also the two products of the backward (``grad @ W`` for the input,
+    ``grad.T @ x`` for the weight). Shapes count by their FLOPs, so the result is
+    total FLOPs over total seconds. Thin products (decoding: one row per sequence) run
+    well below :func:`matmul_bound`'s square ones; this is the bound such a phase faces.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    total_flops = total_seconds = 0.0
+    try:
+        for k, n in linear_shapes(config):
+            x, w = torch.randn(tokens, k).to(kind), torch.randn(n, k).to(kind)
+            grad = torch.randn(tokens, n).to(kind)
+            products = [(torch.nn.functional.linear, x, w)]
+            if backward:
+                products += [(torch.matmul, grad, w), (torch.matmul, grad.t(), x)]
+            for product, a, b in products:
+                total_seconds += _seconds_per_call(product, a, b, seconds)
+                total_flops += 2 * tokens * k * n
+        return total_flops / total_seconds
     finally:
         torch.set_num_threads(before)
 
@@ -360,31 +415,47 @@ def phase_flops(config, lengths: dict[str, float]) -> dict[str, float]:
 
 
 def bound_table(runs: list[Run], warmup: int, workload: Workload) -> str:
-    """rlkit's FLOPs per phase and the fraction of this machine's matmul bound reached."""
+    """rlkit's FLOPs per phase and the fraction reached of two bounds: this machine's square
+    matmul rate (:func:`matmul_bound`) and the rate of the model's own layer products at
+    the phase's row count (:func:`shape_bound`)."""
     measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
     if not measured or not measured[0].lengths:
         return ""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(workload.model_dir)
-    bound = matmul_bound(workload.threads, workload.mixed_precision)
-    kind = "bf16" if workload.mixed_precision == "bf16" else "float32"
+    threads, precision = workload.threads, workload.mixed_precision
+    bound = matmul_bound(threads, precision)
+    lengths = measured[0].lengths
+    tokens = round(lengths["prompt_mean"] + lengths["response_mean"])
+    # Generation decodes one token per unfinished sequence: products of `rows` rows. Each
+    # forward or backward pass runs a micro-batch of rows at once.
+    phase_rows = {
+        "gen": int(lengths["rows"]),
+        "old_log_prob": workload.micro_batch_size * tokens,
+        "update_actor": workload.micro_batch_size * tokens,
+    }
+    kind = "bf16" if precision == "bf16" else "float32"
     lines = [
-        f"matmul bound ({kind}, {workload.threads} thread(s)): {bound / 1e9:.1f} GFLOP/s",
+        f"matmul bound ({kind}, {threads} thread(s), 1024 x 1024 products): "
+        f"{bound / 1e9:.1f} GFLOP/s",
         "",
-        "| rlkit phase | median s | GFLOP as plain rows | GFLOP/s | of bound |",
-        "|---|---:|---:|---:|---:|",
+        "| rlkit phase | median s | GFLOP as plain rows | GFLOP/s | of bound | rows per "
+        "product | shape bound GFLOP/s | of shape bound |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for phase in ("gen", "old_log_prob", "update_actor"):
         seconds = statistics.median(r.phases_s.get(phase, 0.0) for r in measured)
         flops = statistics.median(phase_flops(config, r.lengths)[phase] for r in measured)
         if seconds <= 0:
-            lines.append(f"| {phase} | 0 | {flops / 1e9:,.1f} | not run | |")
+            lines.append(f"| {phase} | 0 | {flops / 1e9:,.1f} | not run | | | | |")
             continue
         rate = flops / seconds
+        rows = phase_rows[phase]
+        shaped = shape_bound(config, rows, threads, precision, backward=phase == "update_actor")
         lines.append(
             f"| {phase} | {seconds:.3f} | {flops / 1e9:,.1f} | {rate / 1e9:.1f} | "
-            f"{rate / bound:.0%} |"
+            f"{rate / bound:.0%} | {rows:,} | {shaped / 1e9:.1f} | {rate / shaped:.0%} |"
         )
     lines.append(
         "\nAbove 100%: the phase computed each prompt once per group (shared-prefix "

@@ -11,6 +11,7 @@ import math
 import sys
 from pathlib import Path
 
+import torch
 import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_grpo_vs_trl.py"
@@ -43,10 +44,22 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
     argv += ["--num-prompts", "4", "--model-dir", model]
     assert benchmark.main(argv + ["--keep-dir", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
-    assert "matmul bound (float32, 1 thread(s)):" in out
+    assert "matmul bound (float32, 1 thread(s), 1024 x 1024 products):" in out
     rows = table_rows(out)
-    assert rows["rlkit phase"][:4] == ["median s", "GFLOP as plain rows", "GFLOP/s", "of bound"]
-    assert rows["update_actor"][3].endswith("%")  # a fraction of the bound was measured
+    assert rows["rlkit phase"] == [
+        "median s",
+        "GFLOP as plain rows",
+        "GFLOP/s",
+        "of bound",
+        "rows per product",
+        "shape bound GFLOP/s",
+        "of shape bound",
+    ]
+    for phase in ("gen", "update_actor"):
+        assert rows[phase][3].endswith("%") and rows[phase][6].endswith("%"), rows[phase]
+        assert float(rows[phase][5]) > 0
+    # gen decodes the step's 2 x 2 rows; the update runs micro-batches of 2 rows.
+    assert rows["gen"][4] == "4"
     header = rows["framework"]
     assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
     for name in ("rlkit", "TRL", "rlkit / TRL"):
@@ -84,3 +97,24 @@ def test_a_named_workload_sets_defaults_that_flags_still_override():
     args = benchmark.parse_args(["--workload", "realistic", "--max-completion-length", "16"])
     assert args.max_completion_length == 16 and args.hidden_size == 512
     assert benchmark.parse_args([]).max_completion_length == 8  # tiny: the defaults
+
+
+def test_linear_shapes_are_the_decoder_layers_own_linear_layers():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    benchmark = load_benchmark()
+    config = Qwen2Config(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=24,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    shapes = benchmark.linear_shapes(config)
+    # q 16 -> 4 heads x 4 = 16, k and v 16 -> 2 x 4 = 8, o 16 -> 16, gate and up
+    # 16 -> 24, down 24 -> 16.
+    assert shapes == [(16, 16), (16, 8), (16, 8), (16, 16), (16, 24), (16, 24), (24, 16)]
+    layer = Qwen2ForCausalLM(config).model.layers[0]
+    linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+    assert sorted((m.in_features, m.out_features) for m in linears) == sorted(shapes)
