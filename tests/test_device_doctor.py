@@ -26,7 +26,7 @@ def test_doctor_reports_platform_versions_and_kernel_per_op(capsys):
         ("rms_norm", "hf"),
         ("rotary", "hf"),
         ("swiglu", "hf"),
-        ("attention", "sdpa"),
+        ("attention", "grouped_sdpa"),
         ("logprobs", "chunked"),
     ]:
         row = next(line for line in out.splitlines() if line.startswith(op + " "))

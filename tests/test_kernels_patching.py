@@ -115,12 +115,47 @@ def test_sdpa_and_eager_attention_agree_with_left_padding_forward_and_backward()
     eager = _model("qwen2")
     eager.set_attn_implementation("eager")
     sdpa = copy.deepcopy(eager)
-    assert apply_kernels(sdpa, platform="cpu")["attention"] == "sdpa"
+    assert (
+        apply_kernels(sdpa, overrides={"attention": "sdpa"}, platform="cpu")["attention"] == "sdpa"
+    )
     assert sdpa.config._attn_implementation == "sdpa"
     got, want = _logits_and_grads(sdpa), _logits_and_grads(eager)
     keep = _batch()[1].bool()  # padded query rows are unused (their gradient is masked too)
     torch.testing.assert_close(got[0][keep], want[0][keep], rtol=1e-5, atol=1e-5)
     _assert_same_gradients(eager, got[1], want[1])
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_grouped_head_sdpa_equals_sdpa_with_padding_packing_and_a_kv_cache(family):
+    # 4 query heads over 2 key/value heads: transformers' sdpa copies each key/value head
+    # twice under a padding mask; grouped_sdpa hands SDPA the 2 heads as they are. The
+    # same kernel: forwards measured equal to the bit here; the backward sums a key's
+    # gradient over its query heads in another order.
+    sdpa = _model(family)
+    apply_kernels(sdpa, overrides={"attention": "sdpa"}, platform="cpu")
+    grouped = copy.deepcopy(sdpa)
+    assert apply_kernels(grouped, platform="cpu")["attention"] == "grouped_sdpa"
+    assert grouped.config._attn_implementation == "rlkit_grouped_sdpa"
+    (got_logits, got_grads), (want_logits, want_grads) = (
+        _logits_and_grads(grouped),
+        _logits_and_grads(sdpa),
+    )
+    keep = _batch()[1].bool()
+    torch.testing.assert_close(got_logits[keep], want_logits[keep], rtol=1e-6, atol=1e-6)
+    _assert_same_gradients(sdpa, got_grads, want_grads)
+    # Rows packed into one sequence (remove-padding): positions restart per row.
+    ids, mask = _batch()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    packed = {"input_ids": ids[keep][None], "position_ids": positions[keep][None]}
+    torch.testing.assert_close(
+        grouped(**packed).logits, sdpa(**packed).logits, rtol=1e-6, atol=1e-6
+    )
+    # Decoding over a KV cache: one query token against the cache, under the padding mask.
+    generated = [
+        m.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False)
+        for m in (grouped, sdpa)
+    ]
+    assert torch.equal(*generated)
 
 
 def test_default_cpu_choice_patches_nothing():

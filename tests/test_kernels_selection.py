@@ -61,12 +61,12 @@ def _choices(platform):
     }
 
 
-def test_cpu_gets_plain_torch_sdpa_and_chunked_logprobs():
+def test_cpu_gets_grouped_head_sdpa_and_chunked_logprobs():
     assert _choices("cpu") == {
         "rms_norm": "hf",
         "rotary": "hf",
         "swiglu": "hf",
-        "attention": "sdpa",
+        "attention": "grouped_sdpa",
         "logprobs": "chunked",
     }
 
@@ -131,7 +131,7 @@ def test_forced_unavailable_kernel_is_a_clear_error():
         choose("attention", "cpu", override="flash_attention_2")
     message = str(err.value)
     assert "runs only on cuda, not cpu" in message
-    assert "Available here: sdpa, eager" in message
+    assert "Available here: grouped_sdpa, sdpa, eager" in message
 
 
 def test_forced_kernel_missing_package_is_a_clear_error(monkeypatch):
@@ -155,7 +155,7 @@ def test_set_overrides_forces_process_wide_and_clears():
     choice = choose("attention", "cpu")
     assert choice.name == "eager" and "set_overrides" in choice.reason
     set_overrides(None)
-    assert choose("attention", "cpu").name == "sdpa"
+    assert choose("attention", "cpu").name == "grouped_sdpa"
 
 
 def test_override_argument_beats_set_overrides():

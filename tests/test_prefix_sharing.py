@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from rlkit.kernels import apply_kernels
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 from rlkit.rollout.trajectory import Trajectory
 from rlkit.trainer.batch import build_batch
@@ -21,10 +22,16 @@ def model_dir(tmp_path_factory):
 
 
 def load(model_dir, attention: str):
+    """The model with attention ``sdpa``, ``eager`` or rlkit's kernel ``grouped_sdpa``."""
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation=attention
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir,
+        dtype=torch.float32,
+        attn_implementation="sdpa" if attention == "grouped_sdpa" else attention,
     )
+    if attention == "grouped_sdpa":
+        apply_kernels(model, overrides={"attention": attention}, platform="cpu")
+    return model
 
 
 def grouped_batch(vocab: int, *, tool_tokens: bool = False, seed: int = 0):
@@ -70,7 +77,7 @@ def test_rows_are_grouped_by_their_real_prompt_tokens():
     assert prompt_groups(ids, mask, 3) == [[0, 2], [1], [3]]
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("attention", ["sdpa", "grouped_sdpa", "eager"])
 @pytest.mark.parametrize("tool_tokens", [False, True])
 def test_shared_prefix_log_probs_entropy_and_gradients_equal_the_plain_rows(
     model_dir, attention, tool_tokens

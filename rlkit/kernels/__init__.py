@@ -6,7 +6,7 @@ of :func:`rlkit.ops.token_logprobs_and_entropy`).
 
     from rlkit.kernels import apply_kernels, choose
     apply_kernels(model)                          # {"rms_norm": "hf", ...}
-    choose("attention", platform="cpu")           # KernelChoice("sdpa", "...")
+    choose("attention", platform="cpu")           # KernelChoice("grouped_sdpa", "...")
     apply_kernels(model, overrides={"attention": "eager"})
 
 See docs/devices.md for the table of kernels and which ran on real hardware.

@@ -7,6 +7,10 @@ implementation is ``(model) -> None``.
 
 * ``eager`` - HF's matmul-softmax-matmul reference.
 * ``sdpa`` - ``torch.nn.functional.scaled_dot_product_attention`` (any platform).
+* ``grouped_sdpa`` - the same function on the grouped key/value heads as they are
+  (``enable_gqa``), also under a padding mask, where transformers' ``sdpa`` first copies
+  every key and value head once per query head (``repeat_kv``): on CPU, where SDPA takes
+  masked grouped heads, this saves copying the whole KV cache at every decoded token.
 * ``flash_attention_2`` - the ``flash-attn`` package (CUDA, fp16/bf16 models).
 * ``npu_fusion_attention`` - ``torch_npu.npu_fusion_attention``, reached through
   transformers' NPU flash-attention integration (on Ascend, transformers routes
@@ -15,10 +19,15 @@ implementation is ``(model) -> None``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
 from rlkit.kernels.registry import register_kernel
+
+#: The name :func:`grouped_sdpa_attention` is registered under in transformers.
+GROUPED_SDPA = "rlkit_grouped_sdpa"
 
 
 def set_attention_implementation(model: nn.Module, name: str) -> None:
@@ -61,6 +70,84 @@ def _has_sdpa(platform: object) -> str | None:
 def sdpa_attention(model: nn.Module) -> None:
     """Select torch SDPA."""
     set_attention_implementation(model, "sdpa")
+
+
+def grouped_sdpa_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """A transformers attention function: SDPA over ``key``/``value`` with their own
+    (fewer) heads. query (B, H, q, D), key and value (B, H_kv, k, D), ``attention_mask``
+    as transformers' ``sdpa_mask`` builds it (boolean (B, 1, q, k) or None); returns
+    (B, q, H, D). Everything else is transformers' ``sdpa`` (``sdpa_attention_forward``),
+    which it calls for the inputs it does not handle (a position bias, a paged cache).
+    """
+    if kwargs.get("position_bias") is not None or kwargs.get("cache") is not None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    # As transformers' sdpa: the causal flag only for a maskless multi-token query (a
+    # single decoded token attends to the whole cache).
+    causal = query.shape[2] > 1 and attention_mask is None and causal
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=dropout,
+        scale=scaling,
+        is_causal=causal,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_grouped_sdpa() -> None:
+    """Make :data:`GROUPED_SDPA` a transformers attention implementation, with sdpa's masks."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_forward)
+    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
+
+
+def _takes_masked_grouped_heads(platform: object) -> str | None:
+    missing = _has_sdpa(platform)
+    if missing:
+        return missing
+    try:
+        # SDPA's CPU kernels take grouped heads under a mask (CUDA's fall back to the
+        # math kernel then, so the copy of plain sdpa is cheaper there).
+        q, kv = torch.zeros(1, 2, 1, 4), torch.zeros(1, 1, 2, 4)
+        mask = torch.ones(1, 1, 1, 2, dtype=torch.bool)
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, enable_gqa=True)
+    except (TypeError, RuntimeError) as exc:
+        return f"this PyTorch's SDPA does not take masked grouped heads ({exc})"
+    return None
+
+
+@register_kernel(
+    "attention",
+    "grouped_sdpa",
+    platforms=("cpu",),
+    priority=60,
+    check=_takes_masked_grouped_heads,
+    summary="torch SDPA on the grouped key/value heads (no repeat_kv copy; CPU)",
+)
+def grouped_sdpa_attention(model: nn.Module) -> None:
+    """Select :func:`grouped_sdpa_forward`."""
+    _register_grouped_sdpa()
+    set_attention_implementation(model, GROUPED_SDPA)
 
 
 @register_kernel(

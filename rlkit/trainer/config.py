@@ -51,9 +51,9 @@ class ModelConfig:
     the same results as separate rows, to float rounding, with the prompt's FLOPs spent
     once. A group is packed (whole or in runs) only where that costs fewer FLOPs than
     its rows: long responses after a short prompt stay plain, since the packed sequence's
-    attention grows with the group. Needs ``sdpa`` or ``eager`` attention and text-only
-    rows; otherwise the plain
-    rows run (flash-attention, vision-language batches). Micro-batches and processes get
+    attention grows with the group. Needs SDPA (``sdpa``, ``grouped_sdpa``) or ``eager``
+    attention and text-only rows; otherwise the plain rows run (flash-attention,
+    vision-language batches). Micro-batches and processes get
     whole groups where they can. Takes the place of ``use_remove_padding`` when both
     are on."""
     lora_rank: int = 0

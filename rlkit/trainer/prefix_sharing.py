@@ -16,8 +16,9 @@ of it, so a group is packed only in runs whose FLOPs come below its plain rows'
 (:func:`cheapest_chunks`).
 
 The mask is a 4D tensor handed to the model as is, so this needs an attention
-implementation that takes arbitrary masks: ``sdpa`` or ``eager``. Flash-attention
-and multimodal inputs fall back to the plain rows (:func:`supports_prefix_sharing`).
+implementation that takes arbitrary masks: SDPA (``sdpa``, rlkit's ``grouped_sdpa``) or
+``eager``. Flash-attention and multimodal inputs fall back to the plain rows
+(:func:`supports_prefix_sharing`).
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.metrics.flops import dense_parameters
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import token_budget_split
 
-_MASKED_ATTENTION = ("sdpa", "eager")
+_MASKED_ATTENTION = ("sdpa", "eager", GROUPED_SDPA)
 
 
 def supports_prefix_sharing(backbone: nn.Module, batch: dict[str, Any]) -> bool:
