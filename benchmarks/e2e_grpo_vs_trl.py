@@ -78,7 +78,7 @@ WORKLOADS: dict[str, dict[str, object]] = {
         "max_completion_length": 64, "micro_batch_size": 16, "hidden_size": 512, "layers": 8,
         "sft_steps": 0,
     },
-    # GSM8K's shape: ~185-token prompts (a 200-character preamble), 128-token responses,
+    # GSM8K's shape: ~206-token prompts (a 200-character preamble), 128-token responses,
     # n = 8, the realistic model.
     "gsm8k_like": {
         "rounds": 2, "steps": 4, "warmup": 1, "prompts_per_step": 8, "group_size": 8,

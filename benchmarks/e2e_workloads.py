@@ -54,7 +54,7 @@ class Workload:
     prompt_tokens: int = 0
     """Lengthen every prompt by a fixed preamble of this many characters before the question
     (0: the bare ``"a+b="``), as long GSM8K-style prompts are; the byte-level tokenizer of
-    :func:`build_model` makes about 0.9 tokens of a character."""
+    :func:`build_model` makes one token of a character."""
     mixed_precision: str = "no"
     """``"no"`` (float32) or ``"bf16"``: float32 parameters, bf16 compute, in both
     frameworks (rlkit's ``TrainerConfig.mixed_precision``, TRL's ``bf16``)."""
@@ -188,8 +188,8 @@ PREAMBLE = "Read the question, think about it step by step, and give the final n
 
 def benchmark_dataset(split: str, *, limit: int, seed: int, prompt_tokens: int = 0):
     """A seeded subset of the arithmetic ``split``; with ``prompt_tokens``, each question
-    follows the :data:`PREAMBLE`, repeated and cut to ``prompt_tokens`` characters (about
-    0.9 tokens each with the byte-level tokenizer of :func:`build_model`)."""
+    follows the :data:`PREAMBLE`, repeated and cut to ``prompt_tokens`` characters (one
+    token each with the byte-level tokenizer of :func:`build_model`)."""
     from rlkit.tasks.arithmetic import arithmetic_dataset
 
     data = arithmetic_dataset(split, limit=limit, seed=seed)
