@@ -115,6 +115,50 @@ def test_shared_prefix_values_equal_the_plain_rows(model_dir):
     torch.testing.assert_close(out[True][1], out[False][1], rtol=1e-5, atol=1e-5)
 
 
+def packed_lengths(batch, config) -> list[int]:
+    """Each packed sequence's length: its prompt and its chunk's responses."""
+    from rlkit.trainer.prefix_sharing import cheapest_chunks
+
+    mask = batch.attention_mask
+    prompts = mask[:, : batch.prompt_width].sum(1).tolist()
+    responses = mask[:, batch.prompt_width :].sum(1).tolist()
+    groups = prompt_groups(batch.input_ids, mask, batch.prompt_width)
+    chunks = [c for g in groups for c in cheapest_chunks(g, prompts, responses, config)]
+    return [prompts[c[0]] + sum(responses[r] for r in c) for c in chunks]
+
+
+def test_grouped_sdpa_runs_the_packed_sequences_as_one_row_without_padding(model_dir):
+    backbone = load(model_dir, "grouped_sdpa")
+    seen = []
+    backbone.model.embed_tokens.register_forward_hook(
+        lambda module, args, out: seen.append(tuple(args[0].shape))
+    )
+    batch = grouped_batch(backbone.config.vocab_size)
+    ActorModule(backbone, share_prefix=True)(batch.model_inputs(), batch.prompt_width, 1.0, False)
+    lengths = packed_lengths(batch, backbone.config)
+    # One row holding exactly the packed sequences' tokens; padded rows would be
+    # len(lengths) x max(lengths).
+    assert len(lengths) > 1 and min(lengths) < max(lengths)
+    assert seen == [(1, sum(lengths))]
+
+
+def test_a_model_that_does_not_hand_on_the_segments_is_refused(model_dir):
+    from rlkit.kernels.segmented_attention import SEGMENTS_KWARG
+
+    backbone = load(model_dir, "grouped_sdpa")
+
+    def drop_segments(module, args, kwargs):
+        kwargs.pop(SEGMENTS_KWARG, None)
+        return args, kwargs
+
+    for layer in backbone.model.layers:
+        layer.register_forward_pre_hook(drop_segments, with_kwargs=True)
+    batch = grouped_batch(backbone.config.vocab_size)
+    actor = ActorModule(backbone, share_prefix=True)
+    with pytest.raises(RuntimeError, match="set ModelConfig.share_prompt_prefix=False"):
+        actor(batch.model_inputs(), batch.prompt_width, 1.0, False)
+
+
 def test_an_attention_without_custom_masks_falls_back_to_plain_rows(model_dir):
     from rlkit.trainer.prefix_sharing import supports_prefix_sharing
 

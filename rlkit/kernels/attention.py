@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from rlkit.kernels.registry import register_kernel
+from rlkit.kernels.segmented_attention import SEGMENTS_KWARG
 
 #: The name :func:`grouped_sdpa_attention` is registered under in transformers.
 GROUPED_SDPA = "rlkit_grouped_sdpa"
@@ -88,7 +89,14 @@ def grouped_sdpa_forward(
     as transformers' ``sdpa_mask`` builds it (boolean (B, 1, q, k) or None); returns
     (B, q, H, D). Everything else is transformers' ``sdpa`` (``sdpa_attention_forward``),
     which it calls for the inputs it does not handle (a position bias, a paged cache).
+
+    A packed row's :class:`~rlkit.kernels.segmented_attention.AttentionSegments`, passed
+    to the decoder as the keyword ``rlkit_attention_segments``, replace the mask:
+    attention then runs within each segment under its own mask.
     """
+    segments = kwargs.get(SEGMENTS_KWARG)
+    if segments is not None:
+        return segments.attend(query, key, value, dropout=dropout, scale=scaling), None
     if kwargs.get("position_bias") is not None or kwargs.get("cache") is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

@@ -15,9 +15,16 @@ products run once instead of ``n`` times. The packed sequence's attention is ove
 of it, so a group is packed only in runs whose FLOPs come below its plain rows'
 (:func:`cheapest_chunks`).
 
-The mask is a 4D tensor handed to the model as is, so this needs an attention
-implementation that takes arbitrary masks: SDPA (``sdpa``, rlkit's ``grouped_sdpa``) or
-``eager``. Flash-attention and multimodal inputs fall back to the plain rows
+How the packed sequences of a micro-batch reach the decoder depends on the attention:
+
+* rlkit's ``grouped_sdpa`` (the CPU default): one after another in a single row, each
+  attending within itself under its own mask
+  (:class:`~rlkit.kernels.segmented_attention.AttentionSegments`). The matrix products
+  run on the real tokens only.
+* ``sdpa`` and ``eager``: as the padded rows of a batch under one 4D mask handed to the
+  model as is. The products also run on each row's padding up to the longest.
+
+Flash-attention and multimodal inputs fall back to the plain rows
 (:func:`supports_prefix_sharing`).
 """
 
@@ -29,6 +36,7 @@ import torch
 from torch import nn
 
 from rlkit.kernels.attention import GROUPED_SDPA
+from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
 from rlkit.metrics.flops import dense_parameters
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import token_budget_split
@@ -60,7 +68,12 @@ def shared_prefix_hidden(
 ) -> torch.Tensor:
     """The hidden states predicting each response token, as ``_response_hidden`` returns
     them for plain rows: (B, T, H), from one packed sequence per prompt. Positions past a
-    row's response are 0."""
+    row's response are 0.
+
+    Under rlkit's ``grouped_sdpa`` attention the packed sequences go one after another in
+    a single row, each attending within itself (:mod:`rlkit.kernels.segmented_attention`),
+    so no product runs on padding; under ``sdpa`` and ``eager`` they are the padded rows
+    of a batch under one 4D mask."""
     ids, mask = batch["input_ids"], batch["attention_mask"].bool()
     width = ids.shape[1] - prompt_width
     lengths = mask[:, prompt_width:].sum(dim=1).tolist()
@@ -71,18 +84,76 @@ def shared_prefix_hidden(
         for chunk in cheapest_chunks(group, prompt_lengths, lengths, decoder.config)
     ]
     layout = _Layout(ids, mask, prompt_width, lengths, groups)
-    hidden = decoder(
-        input_ids=layout.ids,
-        attention_mask=layout.attention_mask(decoder),
-        position_ids=layout.positions,
-        use_cache=False,
-    ).last_hidden_state  # (G, L, H)
+    if getattr(decoder.config, "_attn_implementation", None) == GROUPED_SDPA:
+        hidden, starts = _segmented_forward(decoder, layout)
+    else:
+        hidden, starts = _padded_forward(decoder, layout)
     out = hidden.new_zeros(ids.shape[0], width, hidden.shape[-1])
     group, position = layout.predicting_positions(width)
     valid = position >= 0
     rows, cols = valid.nonzero(as_tuple=True)
-    picked = hidden[group[rows, cols], position[rows, cols]]
+    picked = hidden[starts[group[rows, cols]] + position[rows, cols]]
     return out.index_put((rows, cols), picked)  # out of place: gradients reach `hidden`
+
+
+def _segmented_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed sequences as segments of one row: (N, H) and each sequence's start."""
+    device = layout.device
+    bounds, masks, start = [], [], 0
+    for seg in layout.segments:
+        bounds.append((start, start + len(seg)))
+        masks.append(_allowed(torch.tensor(seg, device=device))[None, None])
+        start += len(seg)
+    segments = AttentionSegments(bounds, masks)
+    hidden = decoder(
+        input_ids=torch.tensor([sum(layout.ids, [])], device=device),
+        position_ids=torch.tensor([sum(layout.positions, [])], device=device),
+        use_cache=False,
+        **{SEGMENTS_KWARG: segments},
+    ).last_hidden_state[0]
+    if segments.calls == 0:
+        raise RuntimeError(
+            f"{type(decoder).__name__} did not hand keyword arguments on to its attention "
+            f"function, so its shared-prefix rows cannot be attended within their segments; "
+            f"set ModelConfig.share_prompt_prefix=False"
+        )
+    starts = torch.tensor([s for s, _ in bounds], dtype=torch.long, device=device)
+    return hidden, starts
+
+
+def _padded_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed sequences as padded rows (G, L) under one 4D mask: (G * L, H) and each
+    sequence's start in that flattening."""
+    longest = max(len(s) for s in layout.ids)
+
+    def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
+        return torch.tensor([r + [fill] * (longest - len(r)) for r in rows], device=layout.device)
+
+    allowed = _allowed(padded(layout.segments, -1))[:, None]  # (G, 1, L, L)
+    if getattr(decoder.config, "_attn_implementation", None) == "eager":
+        # eager attention adds the mask to the scores: 0 where allowed, a large negative
+        # number elsewhere (softmax then gives those keys weight 0).
+        blocked = torch.finfo(torch.float32).min
+        allowed = torch.zeros(allowed.shape, device=layout.device).masked_fill(~allowed, blocked)
+    hidden = decoder(
+        input_ids=padded(layout.ids, 0),
+        attention_mask=allowed,
+        position_ids=padded(layout.positions, 0),
+        use_cache=False,
+    ).last_hidden_state
+    starts = torch.arange(hidden.shape[0], device=layout.device) * longest
+    return hidden.flatten(0, 1), starts
+
+
+def _allowed(seg: torch.Tensor) -> torch.Tensor:
+    """(..., L) segment ids (0: the prompt, i: response i, -1: padding) -> (..., L, L):
+    causal, and a response token sees only the prompt and its own response; a padding
+    query sees itself (no row without a key)."""
+    length = seg.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=seg.device).tril()
+    q, k = seg[..., :, None], seg[..., None, :]
+    allowed = causal & (k >= 0) & ((k == 0) | (k == q))
+    return allowed | (torch.eye(length, dtype=torch.bool, device=seg.device) & (q < 0))
 
 
 def cheapest_chunks(
@@ -114,7 +185,8 @@ def cheapest_chunks(
 
 
 class _Layout:
-    """Where each prompt and response sits in the packed rows (one per prompt group)."""
+    """Where each prompt and response sits in the packed sequences (one per prompt group):
+    per sequence its token ids, segment ids (0: the prompt, i: response i) and positions."""
 
     def __init__(
         self,
@@ -124,11 +196,13 @@ class _Layout:
         lengths: list[int],
         groups: list[list[int]],
     ) -> None:
-        self.groups = groups
-        rows_ids, rows_seg, rows_pos = [], [], []
+        self.device = ids.device
+        self.ids: list[list[int]] = []
+        self.segments: list[list[int]] = []
+        self.positions: list[list[int]] = []
         # row -> (group, prompt length, where its response starts, response length)
         self.starts: dict[int, tuple[int, int, int, int]] = {}
-        for g, members in enumerate(self.groups):
+        for g, members in enumerate(groups):
             prompt = ids[members[0], :prompt_width][mask[members[0], :prompt_width]].tolist()
             seq, seg, pos = list(prompt), [0] * len(prompt), list(range(len(prompt)))
             for i, row in enumerate(members, start=1):
@@ -137,38 +211,14 @@ class _Layout:
                 seq += ids[row, prompt_width : prompt_width + n].tolist()
                 seg += [i] * n
                 pos += range(len(prompt), len(prompt) + n)
-            rows_ids.append(seq)
-            rows_seg.append(seg)
-            rows_pos.append(pos)
-        longest = max(len(s) for s in rows_ids)
-
-        def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
-            return torch.tensor([r + [fill] * (longest - len(r)) for r in rows], device=ids.device)
-
-        self.ids = padded(rows_ids, 0)
-        self.segments = padded(rows_seg, -1)  # -1: padding
-        self.positions = padded(rows_pos, 0)
-
-    def attention_mask(self, decoder: nn.Module) -> torch.Tensor:
-        """(G, 1, L, L): causal, and a response token sees only the prompt (segment 0)
-        and its own response; a padding query sees itself (no row without a key)."""
-        seg = self.segments
-        length = seg.shape[1]
-        causal = torch.ones(length, length, dtype=torch.bool, device=seg.device).tril()
-        q, k = seg[:, :, None], seg[:, None, :]
-        allowed = causal & (k >= 0) & ((k == 0) | (k == q))
-        allowed |= torch.eye(length, dtype=torch.bool, device=seg.device) & (q < 0)
-        allowed = allowed[:, None]
-        if getattr(decoder.config, "_attn_implementation", None) == "eager":
-            # eager attention adds the mask to the scores: 0 where allowed, a large negative
-            # number elsewhere (softmax then gives those keys weight 0).
-            blocked = torch.finfo(torch.float32).min
-            return torch.zeros(allowed.shape, device=seg.device).masked_fill(~allowed, blocked)
-        return allowed
+            self.ids.append(seq)
+            self.segments.append(seg)
+            self.positions.append(pos)
 
     def predicting_positions(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """For row b and response position t: the packed group and position whose hidden
-        state predicts that token (the prompt's last token for t = 0), -1 past the end."""
+        """For row b and response position t: the packed sequence and position in it whose
+        hidden state predicts that token (the prompt's last token for t = 0), -1 past the
+        end."""
         rows = len(self.starts)
         group = torch.zeros(rows, width, dtype=torch.long)
         position = torch.full((rows, width), -1, dtype=torch.long)
@@ -177,8 +227,7 @@ class _Layout:
             if n:
                 position[row, 0] = prompt_length - 1
                 position[row, 1:n] = torch.arange(start, start + n - 1)
-        device = self.ids.device
-        return group.to(device), position.to(device)
+        return group.to(self.device), position.to(self.device)
 
 
 # ---------------------------------------------------------------- micro-batches

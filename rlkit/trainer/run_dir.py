@@ -44,6 +44,7 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.progress_bar",
         "TrainerConfig.plot_learning_curve",
         "TrainerConfig.num_threads",
+        "TrainerConfig.keep_freed_host_memory",
         # Which process or packed row computes a token: the same result, to float rounding.
         "TrainerConfig.balance_batch",
         "ModelConfig.share_prompt_prefix",

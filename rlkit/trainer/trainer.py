@@ -102,6 +102,7 @@ class RLTrainer:
         if cfg.trainer.platform:
             device.set_platform(cfg.trainer.platform)
         self.platform = device.current()
+        self.host_memory_note = self._configure_host_memory()
         self.backend = TrainingBackend(
             strategy=cfg.trainer.backend_strategy,
             mixed_precision=cfg.trainer.mixed_precision,
@@ -196,6 +197,8 @@ class RLTrainer:
                 f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
                 + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
             )
+            if self.host_memory_note:
+                self._print(f"TrainerConfig.keep_freed_host_memory: {self.host_memory_note}")
             if self.resume_changes:
                 self._print("changed since the run started: " + "; ".join(self.resume_changes))
             self._log_lost_record()
@@ -287,6 +290,16 @@ class RLTrainer:
             name=split,
             tools=self._tool_schemas(),
         )
+
+    def _configure_host_memory(self) -> str | None:
+        """Apply ``TrainerConfig.keep_freed_host_memory`` where tensors live in host
+        memory; returns why it could not be applied, if it could not."""
+        if not self.cfg.trainer.keep_freed_host_memory or self.platform.device_type != "cpu":
+            return None
+        from rlkit.device.host_allocator import keep_freed_host_memory
+
+        reason = keep_freed_host_memory()
+        return None if reason is None else f"not applied: {reason}"
 
     def _tool_schemas(self) -> list[dict[str, Any]] | None:
         """The schemas of the agent loop's tools, rendered into every prompt."""

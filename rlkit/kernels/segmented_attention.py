@@ -1,0 +1,101 @@
+"""Attention within the segments of one packed row, each under its own mask.
+
+A packed row (batch 1, ``N`` tokens) holds independent segments one after another.
+Handing the decoder one ``N x N`` mask for it would make attention cost ``N^2`` per
+layer, nearly all of it on blocked pairs; handing it the segments as padded rows of a
+batch would make every matrix product run on the padding too. Here the matrix products
+see exactly the ``N`` real tokens and attention runs once per segment, over that
+segment's own ``l x l`` mask.
+
+The decoder receives an :class:`AttentionSegments` as the keyword
+:data:`SEGMENTS_KWARG`, which Hugging Face decoders hand on to their attention
+function untouched; rlkit's ``grouped_sdpa`` kernel (:mod:`rlkit.kernels.attention`)
+reads it. :attr:`AttentionSegments.calls` tells the caller whether the model really did
+hand it on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+#: The keyword a decoder's forward takes the segments under (passed on to attention).
+SEGMENTS_KWARG = "rlkit_attention_segments"
+
+
+class AttentionSegments:
+    """Segments ``[start, end)`` of a packed row and, per segment, a boolean
+    ``(1, 1, l, l)`` mask (``True``: the query at row ``i`` may see the key at ``j``)."""
+
+    def __init__(self, bounds: Sequence[tuple[int, int]], masks: Sequence[torch.Tensor]) -> None:
+        problems = [
+            f"segment {i} [{s}, {e}) has a mask of shape {tuple(m.shape)}"
+            for i, ((s, e), m) in enumerate(zip(bounds, masks, strict=True))
+            if m.shape != (1, 1, e - s, e - s) or m.dtype != torch.bool
+        ]
+        if problems:
+            raise ValueError(
+                "each segment needs a (1, 1, l, l) boolean mask: " + "; ".join(problems)
+            )
+        self.bounds = list(bounds)
+        self.masks = list(masks)
+        self.calls = 0
+        """How many attention layers have read these segments."""
+
+    @property
+    def length(self) -> int:
+        return self.bounds[-1][1] if self.bounds else 0
+
+    def attend(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        dropout: float = 0.0,
+        scale: float | None = None,
+    ) -> torch.Tensor:
+        """SDPA in every segment. query (1, H, N, D), key and value (1, H_kv, N, D) with
+        ``H`` a multiple of ``H_kv``; returns (1, N, H, D), as transformers' attention
+        functions do."""
+        if query.shape[0] != 1 or query.shape[2] != self.length or key.shape[2] != self.length:
+            raise ValueError(
+                f"attention segments cover one packed row of {self.length} tokens; got query "
+                f"{tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, tokens, dim)"
+            )
+        self.calls += 1
+        grouped = key.shape[1] != query.shape[1]
+        outs = [
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                attn_mask=mask,
+                dropout_p=dropout,
+                scale=scale,
+                enable_gqa=grouped,
+            )
+            for (start, end), mask in zip(self.bounds, self.masks)
+        ]
+        return torch.cat(outs, dim=2).transpose(1, 2).contiguous()
+
+
+def segmented_attention_reference(
+    segments: AttentionSegments, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> torch.Tensor:
+    """The same result from one ``N x N`` mask over the whole row (the block-diagonal of
+    the segments' masks): what :meth:`AttentionSegments.attend` avoids computing, kept
+    to test it against. Returns (1, N, H, D)."""
+    n = segments.length
+    full = torch.zeros(1, 1, n, n, dtype=torch.bool, device=query.device)
+    for (start, end), mask in zip(segments.bounds, segments.masks):
+        full[..., start:end, start:end] = mask
+    repeat = query.shape[1] // key.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key.repeat_interleave(repeat, dim=1),
+        value.repeat_interleave(repeat, dim=1),
+        attn_mask=full,
+    )
+    return out.transpose(1, 2)

@@ -1,0 +1,75 @@
+"""Attention within the segments of one packed row equals one block-diagonal mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlkit.kernels.segmented_attention import AttentionSegments, segmented_attention_reference
+
+
+def prefix_masks(lengths: list[tuple[int, list[int]]]) -> tuple[list, list]:
+    """Segments of a prompt of p tokens followed by responses of the given lengths, each
+    response seeing the prompt and its own earlier tokens (the shared-prefix layout)."""
+    bounds, masks, start = [], [], 0
+    for prompt, responses in lengths:
+        seg = torch.tensor([0] * prompt + [i for i, r in enumerate(responses, 1) for _ in range(r)])
+        n = len(seg)
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        q, k = seg[:, None], seg[None, :]
+        masks.append((causal & ((k == 0) | (k == q)))[None, None])
+        bounds.append((start, start + n))
+        start += n
+    return bounds, masks
+
+
+def test_segments_attend_as_one_block_diagonal_mask_forward_and_backward():
+    torch.manual_seed(0)
+    # Three segments: 5 + (3, 4), 2 + (6,), 7 + (1, 2, 3): 12 + 8 + 13 = 33 tokens.
+    bounds, masks = prefix_masks([(5, [3, 4]), (2, [6]), (7, [1, 2, 3])])
+    segments = AttentionSegments(bounds, masks)
+    assert segments.length == 33
+    # 4 query heads over 2 key/value heads, head dim 8.
+    q = torch.randn(1, 4, 33, 8, requires_grad=True)
+    k = torch.randn(1, 2, 33, 8, requires_grad=True)
+    v = torch.randn(1, 2, 33, 8, requires_grad=True)
+    weights = torch.randn(1, 33, 4, 8)
+
+    out = segments.attend(q, k, v)
+    (out * weights).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = segmented_attention_reference(segments, q, k, v)
+    (ref * weights).sum().backward()
+
+    assert out.shape == (1, 33, 4, 8)
+    assert segments.calls == 1
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_token_never_sees_another_segment():
+    # Two segments of 2 tokens; each token sees only itself and its segment's earlier token.
+    bounds, masks = prefix_masks([(1, [1]), (1, [1])])
+    segments = AttentionSegments(bounds, masks)
+    q = torch.zeros(1, 1, 4, 1)  # equal scores: attention is the mean of the visible values
+    k = torch.zeros(1, 1, 4, 1)
+    v = torch.tensor([1.0, 3.0, 10.0, 30.0]).reshape(1, 1, 4, 1)
+    out = segments.attend(q, k, v).flatten().tolist()
+    # token 0: 1; token 1: (1 + 3) / 2 = 2; token 2: 10; token 3: (10 + 30) / 2 = 20.
+    assert out == pytest.approx([1.0, 2.0, 10.0, 20.0])
+
+
+def test_a_mask_of_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match=r"segment 0 \[0, 3\) has a mask of shape \(1, 1, 2, 2\)"):
+        AttentionSegments([(0, 3)], [torch.ones(1, 1, 2, 2, dtype=torch.bool)])
+
+
+def test_a_row_of_another_length_is_refused():
+    bounds, masks = prefix_masks([(2, [2])])
+    segments = AttentionSegments(bounds, masks)
+    q = torch.zeros(1, 1, 5, 4)
+    with pytest.raises(ValueError, match="one packed row of 4 tokens"):
+        segments.attend(q, q, q)
