@@ -73,3 +73,14 @@ def test_a_row_of_another_length_is_refused():
     q = torch.zeros(1, 1, 5, 4)
     with pytest.raises(ValueError, match="one packed row of 4 tokens"):
         segments.attend(q, q, q)
+
+
+def test_causal_rows_take_one_segment_each_and_empty_rows_none():
+    segments = AttentionSegments.causal([2, 0, 3])
+    assert segments.bounds == [(0, 2), (2, 5)]
+    # Row 2's mask: token j sees tokens 0..j.
+    assert segments.masks[1][0, 0].tolist() == [
+        [True, False, False],
+        [True, True, False],
+        [True, True, True],
+    ]

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
+from rlkit.kernels import apply_kernels
 from rlkit.rollout.base import RolloutBatch
 from rlkit.rollout.trajectory import trajectories_from_rollout
 from rlkit.trainer.batch import build_batch
@@ -44,11 +45,17 @@ def ragged_batch():
     )
 
 
-def _actor_outputs(model_dir, remove_padding: bool):
+def _load(model_dir, attention: str = "sdpa"):
+    """The model under ``sdpa`` or rlkit's CPU kernel ``grouped_sdpa``."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    if attention == "grouped_sdpa":
+        apply_kernels(model, overrides={"attention": attention}, platform="cpu")
+    return model
+
+
+def _actor_outputs(model_dir, remove_padding: bool, attention: str = "sdpa"):
     torch.manual_seed(0)
-    actor = ActorModule(
-        AutoModelForCausalLM.from_pretrained(model_dir), chunk_size=3, remove_padding=remove_padding
-    )
+    actor = ActorModule(_load(model_dir, attention), chunk_size=3, remove_padding=remove_padding)
     batch = ragged_batch()
     logp, ent = actor(batch.model_inputs(), batch.prompt_width, temperature=0.7)
     mask = batch.loss_mask
@@ -57,9 +64,10 @@ def _actor_outputs(model_dir, remove_padding: bool):
     return logp * mask, ent * mask, grads
 
 
-def test_actor_log_probs_entropy_and_gradients_equal_the_padded_forward(tiny_model_dir):
+@pytest.mark.parametrize("attention", ["sdpa", "grouped_sdpa"])
+def test_actor_log_probs_entropy_and_gradients_equal_the_padded_forward(tiny_model_dir, attention):
     logp, ent, grads = _actor_outputs(tiny_model_dir, remove_padding=False)
-    logp_rp, ent_rp, grads_rp = _actor_outputs(tiny_model_dir, remove_padding=True)
+    logp_rp, ent_rp, grads_rp = _actor_outputs(tiny_model_dir, True, attention)
     torch.testing.assert_close(logp_rp, logp, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent_rp, ent, rtol=1e-5, atol=1e-5)
     # One packed row instead of padded rows: other shapes, other blocking of the float32
@@ -71,9 +79,10 @@ def test_actor_log_probs_entropy_and_gradients_equal_the_padded_forward(tiny_mod
     assert_gradients_close(grads_rp, grads, depth=depth)
 
 
-def test_packed_rows_do_not_attend_to_each_other(tiny_model_dir):
+@pytest.mark.parametrize("attention", ["sdpa", "grouped_sdpa"])
+def test_packed_rows_do_not_attend_to_each_other(tiny_model_dir, attention):
     # Changing another row's tokens must not move this row's log-probs.
-    actor = ActorModule(AutoModelForCausalLM.from_pretrained(tiny_model_dir), remove_padding=True)
+    actor = ActorModule(_load(tiny_model_dir, attention), remove_padding=True)
     batch = ragged_batch()
     with torch.no_grad():
         before, _ = actor(batch.model_inputs(), batch.prompt_width)

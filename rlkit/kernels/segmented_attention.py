@@ -43,6 +43,34 @@ class AttentionSegments:
         self.calls = 0
         """How many attention layers have read these segments."""
 
+    @classmethod
+    def causal(
+        cls, lengths: Sequence[int], device: torch.device | None = None
+    ) -> AttentionSegments:
+        """Rows of ``lengths`` tokens one after another, each causal within itself (rows of
+        0 tokens take no segment)."""
+        bounds, masks, start = [], [], 0
+        for n in lengths:
+            if n:
+                bounds.append((start, start + n))
+                masks.append(torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None])
+                start += n
+        return cls(bounds, masks)
+
+    def require_read(self, model: object, setting: str) -> None:
+        """Raise unless an attention layer read these segments during the last forward.
+
+        Raises:
+            RuntimeError: ``model``'s layers did not hand the keyword on to attention;
+                ``setting`` names the configuration that turns this layout off.
+        """
+        if self.calls == 0:
+            raise RuntimeError(
+                f"{type(model).__name__} did not hand keyword arguments on to its attention "
+                f"function, so its packed row cannot be attended within its segments; set "
+                f"{setting}=False"
+            )
+
     @property
     def length(self) -> int:
         return self.bounds[-1][1] if self.bounds else 0

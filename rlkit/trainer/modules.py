@@ -17,6 +17,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlkit import ops
+from rlkit.kernels.attention import GROUPED_SDPA
+from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 
 
@@ -91,15 +93,24 @@ def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torc
     Rows are concatenated without their padding into a (1, N) sequence whose position
     ids restart at 0 for each row; with no attention mask, transformers reads the row
     boundaries from the position ids (flash-attention: variable-length kernels; SDPA
-    and eager: an N x N block-causal mask). Returns (B, L, H), zero on padding.
+    and eager: an N x N block-causal mask). Under rlkit's ``grouped_sdpa`` each row is a
+    segment attended on its own (:mod:`rlkit.kernels.segmented_attention`), at the cost of
+    the rows' own attention. Returns (B, L, H), zero on padding.
     """
     keep = batch["attention_mask"].bool()
+    segments = None
+    if getattr(decoder.config, "_attn_implementation", None) == GROUPED_SDPA:
+        # rlkit's CPU attention attends within each row's segment instead.
+        segments = AttentionSegments.causal(keep.sum(dim=1).tolist(), keep.device)
     packed = decoder(
         input_ids=batch["input_ids"][keep][None],
         position_ids=batch["position_ids"][keep][None],
         attention_mask=None,
         use_cache=False,
+        **({} if segments is None else {SEGMENTS_KWARG: segments}),
     ).last_hidden_state[0]
+    if segments is not None:
+        segments.require_read(decoder, "ModelConfig.use_remove_padding")
     hidden = packed.new_zeros(*keep.shape, packed.shape[-1])
     return hidden.index_put((keep,), packed)  # out of place: gradients reach `packed`
 

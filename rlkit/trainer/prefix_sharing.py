@@ -111,12 +111,7 @@ def _segmented_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tenso
         use_cache=False,
         **{SEGMENTS_KWARG: segments},
     ).last_hidden_state[0]
-    if segments.calls == 0:
-        raise RuntimeError(
-            f"{type(decoder).__name__} did not hand keyword arguments on to its attention "
-            f"function, so its shared-prefix rows cannot be attended within their segments; "
-            f"set ModelConfig.share_prompt_prefix=False"
-        )
+    segments.require_read(decoder, "ModelConfig.share_prompt_prefix")
     starts = torch.tensor([s for s, _ in bounds], dtype=torch.long, device=device)
     return hidden, starts
 
