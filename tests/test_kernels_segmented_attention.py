@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlkit.kernels.segmented_attention import AttentionSegments, segmented_attention_reference
+from rlkit.kernels.segmented_attention import (
+    AttentionSegments,
+    per_segment_attention_reference,
+    segmented_attention_reference,
+)
 
 
 def prefix_masks(lengths: list[tuple[int, list[int]]]) -> tuple[list, list]:
@@ -50,6 +54,17 @@ def test_segments_attend_as_one_block_diagonal_mask_forward_and_backward():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_the_batched_call_equals_one_call_per_segment():
+    torch.manual_seed(1)
+    # Segments of 3 + 5 + 1 = 9, 4 (a prompt alone) and 1 + 2 + 2 + 2 = 7: 20 tokens.
+    bounds, masks = prefix_masks([(3, [5, 1]), (4, []), (1, [2, 2, 2])])
+    segments = AttentionSegments(bounds, masks)
+    q, k, v = torch.randn(1, 2, 20, 4), torch.randn(1, 1, 20, 4), torch.randn(1, 1, 20, 4)
+    torch.testing.assert_close(
+        segments.attend(q, k, v), per_segment_attention_reference(segments, q, k, v)
+    )
+
+
 def test_a_token_never_sees_another_segment():
     # Two segments of 2 tokens; each token sees only itself and its segment's earlier token.
     bounds, masks = prefix_masks([(1, [1]), (1, [1])])
@@ -65,6 +80,12 @@ def test_a_token_never_sees_another_segment():
 def test_a_mask_of_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match=r"segment 0 \[0, 3\) has a mask of shape \(1, 1, 2, 2\)"):
         AttentionSegments([(0, 3)], [torch.ones(1, 1, 2, 2, dtype=torch.bool)])
+
+
+def test_segments_with_a_gap_are_refused():
+    masks = [torch.ones(1, 1, 2, 2, dtype=torch.bool)] * 2
+    with pytest.raises(ValueError, match="follow one another from token 0 without gaps"):
+        AttentionSegments([(0, 2), (3, 5)], masks)
 
 
 def test_a_row_of_another_length_is_refused():

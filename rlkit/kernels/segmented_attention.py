@@ -40,8 +40,32 @@ class AttentionSegments:
             )
         self.bounds = list(bounds)
         self.masks = list(masks)
+        starts = [0] + [e for _, e in self.bounds[:-1]]
+        if [s for s, _ in self.bounds] != starts:
+            raise ValueError(
+                f"segments must follow one another from token 0 without gaps; got {self.bounds}"
+            )
         self.calls = 0
         """How many attention layers have read these segments."""
+        self._index, self._valid, self._batch_mask = self._batch_layout()
+
+    def _batch_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Segment s's tokens as row s of an (S, W) batch: their positions in the packed
+        row (``index``), which entries are real (``valid``), and the (S, 1, W, W) mask. A
+        padding query sees the row's first key (a real one), so no row of the softmax is
+        empty; its output is dropped."""
+        device = self.masks[0].device if self.masks else None
+        width = max((e - s for s, e in self.bounds), default=0)
+        index = torch.zeros(len(self.bounds), width, dtype=torch.long, device=device)
+        valid = torch.zeros(len(self.bounds), width, dtype=torch.bool, device=device)
+        mask = torch.zeros(len(self.bounds), 1, width, width, dtype=torch.bool, device=device)
+        for row, ((start, end), own) in enumerate(zip(self.bounds, self.masks)):
+            n = end - start
+            index[row, :n] = torch.arange(start, end, device=device)
+            valid[row, :n] = True
+            mask[row, :, :n, :n] = own[0]
+            mask[row, :, n:, 0] = True
+        return index, valid, mask
 
     @classmethod
     def causal(
@@ -93,20 +117,40 @@ class AttentionSegments:
                 f"{tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, tokens, dim)"
             )
         self.calls += 1
-        grouped = key.shape[1] != query.shape[1]
-        outs = [
-            torch.nn.functional.scaled_dot_product_attention(
-                query[:, :, start:end],
-                key[:, :, start:end],
-                value[:, :, start:end],
-                attn_mask=mask,
-                dropout_p=dropout,
-                scale=scale,
-                enable_gqa=grouped,
-            )
-            for (start, end), mask in zip(self.bounds, self.masks)
-        ]
-        return torch.cat(outs, dim=2).transpose(1, 2).contiguous()
+
+        def batched(x: torch.Tensor) -> torch.Tensor:  # (1, h, N, D) -> (S, h, W, D)
+            return x[0][:, self._index].transpose(0, 1)
+
+        out = torch.nn.functional.scaled_dot_product_attention(
+            batched(query),
+            batched(key),
+            batched(value),
+            attn_mask=self._batch_mask,
+            dropout_p=dropout,
+            scale=scale,
+            enable_gqa=key.shape[1] != query.shape[1],
+        )  # (S, H, W, D)
+        # The real entries, row by row, are the packed row's tokens in order.
+        return out.transpose(1, 2)[self._valid][None]
+
+
+def per_segment_attention_reference(
+    segments: AttentionSegments, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> torch.Tensor:
+    """:meth:`AttentionSegments.attend` as one SDPA call per segment, each on its own
+    slice and mask (shapes as there): the plain version of the batched call."""
+    grouped = key.shape[1] != query.shape[1]
+    outs = [
+        torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:end],
+            key[:, :, start:end],
+            value[:, :, start:end],
+            attn_mask=mask,
+            enable_gqa=grouped,
+        )
+        for (start, end), mask in zip(segments.bounds, segments.masks)
+    ]
+    return torch.cat(outs, dim=2).transpose(1, 2)
 
 
 def segmented_attention_reference(
