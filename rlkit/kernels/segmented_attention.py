@@ -95,6 +95,14 @@ class AttentionSegments:
                 f"{setting}=False"
             )
 
+    def stand_in_mask(self, device: torch.device | None = None) -> torch.Tensor:
+        """A (1, 1, N, N) boolean view of one element, to hand the decoder as its
+        ``attention_mask``: transformers passes a 4D mask on as it is, so it builds no
+        ``N x N`` mask of its own, which the attention would not read (it reads the
+        segments)."""
+        n = self.length
+        return torch.ones(1, 1, 1, 1, dtype=torch.bool, device=device).expand(1, 1, n, n)
+
     @property
     def length(self) -> int:
         return self.bounds[-1][1] if self.bounds else 0

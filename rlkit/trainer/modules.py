@@ -105,7 +105,7 @@ def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torc
     packed = decoder(
         input_ids=batch["input_ids"][keep][None],
         position_ids=batch["position_ids"][keep][None],
-        attention_mask=None,
+        attention_mask=None if segments is None else segments.stand_in_mask(keep.device),
         use_cache=False,
         **({} if segments is None else {SEGMENTS_KWARG: segments}),
     ).last_hidden_state[0]

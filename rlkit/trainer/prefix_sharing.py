@@ -108,6 +108,7 @@ def _segmented_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tenso
     hidden = decoder(
         input_ids=torch.tensor([sum(layout.ids, [])], device=device),
         position_ids=torch.tensor([sum(layout.positions, [])], device=device),
+        attention_mask=segments.stand_in_mask(device),
         use_cache=False,
         **{SEGMENTS_KWARG: segments},
     ).last_hidden_state[0]
