@@ -4,14 +4,16 @@ A packed row (batch 1, ``N`` tokens) holds independent segments one after anothe
 Handing the decoder one ``N x N`` mask for it would make attention cost ``N^2`` per
 layer, nearly all of it on blocked pairs; handing it the segments as padded rows of a
 batch would make every matrix product run on the padding too. Here the matrix products
-see exactly the ``N`` real tokens and attention runs once per segment, over that
-segment's own ``l x l`` mask.
+see exactly the ``N`` real tokens and attention runs within each segment, over that
+segment's own ``l x l`` mask: one SDPA call for all segments, gathered into a batch of
+``S`` rows padded to the longest segment (``S x W^2`` attention instead of ``N^2``; the
+padding stays inside attention). :func:`per_segment_attention_reference` is the same
+computation as one SDPA call per segment, kept beside it with a test that they agree.
 
-The decoder receives an :class:`AttentionSegments` as the keyword
-:data:`SEGMENTS_KWARG`, which Hugging Face decoders hand on to their attention
-function untouched; rlkit's ``grouped_sdpa`` kernel (:mod:`rlkit.kernels.attention`)
-reads it. :attr:`AttentionSegments.calls` tells the caller whether the model really did
-hand it on.
+:meth:`AttentionSegments.run_decoder` hands a decoder the segments as the keyword
+:data:`SEGMENTS_KWARG`, which Hugging Face decoders pass on to their attention function
+untouched; rlkit's ``grouped_sdpa`` kernel (:mod:`rlkit.kernels.attention`) reads it,
+and :attr:`AttentionSegments.calls` tells whether the model really did pass it on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 #: The keyword a decoder's forward takes the segments under (passed on to attention).
 SEGMENTS_KWARG = "rlkit_attention_segments"
@@ -68,18 +71,47 @@ class AttentionSegments:
         return index, valid, mask
 
     @classmethod
+    def from_masks(cls, masks: Sequence[torch.Tensor]) -> AttentionSegments:
+        """Segments one after another from token 0, each as long as its (1, 1, l, l) mask."""
+        bounds, start = [], 0
+        for mask in masks:
+            bounds.append((start, start + mask.shape[-1]))
+            start += mask.shape[-1]
+        return cls(bounds, masks)
+
+    @classmethod
     def causal(
         cls, lengths: Sequence[int], device: torch.device | None = None
     ) -> AttentionSegments:
         """Rows of ``lengths`` tokens one after another, each causal within itself (rows of
         0 tokens take no segment)."""
-        bounds, masks, start = [], [], 0
-        for n in lengths:
-            if n:
-                bounds.append((start, start + n))
-                masks.append(torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None])
-                start += n
-        return cls(bounds, masks)
+        return cls.from_masks(
+            [
+                torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
+                for n in lengths
+                if n
+            ]
+        )
+
+    def run_decoder(
+        self, decoder: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, setting: str
+    ) -> torch.Tensor:
+        """``decoder``'s last hidden states over the packed row ``input_ids`` (1, N),
+        attended within these segments: (N, H).
+
+        Raises:
+            RuntimeError: the decoder did not pass the segments on to its attention
+                (:meth:`require_read`); ``setting`` names the option that avoids this path.
+        """
+        hidden = decoder(
+            input_ids=input_ids,
+            position_ids=position_ids,
+            attention_mask=self.stand_in_mask(input_ids.device),
+            use_cache=False,
+            **{SEGMENTS_KWARG: self},
+        ).last_hidden_state[0]
+        self.require_read(decoder, setting)
+        return hidden
 
     def require_read(self, model: object, setting: str) -> None:
         """Raise unless an attention layer read these segments during the last forward.

@@ -18,7 +18,7 @@ from transformers import PreTrainedModel
 
 from rlkit import ops
 from rlkit.kernels.attention import GROUPED_SDPA
-from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
+from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 
 
@@ -98,19 +98,15 @@ def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torc
     the rows' own attention. Returns (B, L, H), zero on padding.
     """
     keep = batch["attention_mask"].bool()
-    segments = None
+    ids, positions = batch["input_ids"][keep][None], batch["position_ids"][keep][None]
     if getattr(decoder.config, "_attn_implementation", None) == GROUPED_SDPA:
         # rlkit's CPU attention attends within each row's segment instead.
         segments = AttentionSegments.causal(keep.sum(dim=1).tolist(), keep.device)
-    packed = decoder(
-        input_ids=batch["input_ids"][keep][None],
-        position_ids=batch["position_ids"][keep][None],
-        attention_mask=None if segments is None else segments.stand_in_mask(keep.device),
-        use_cache=False,
-        **({} if segments is None else {SEGMENTS_KWARG: segments}),
-    ).last_hidden_state[0]
-    if segments is not None:
-        segments.require_read(decoder, "ModelConfig.use_remove_padding")
+        packed = segments.run_decoder(decoder, ids, positions, "ModelConfig.use_remove_padding")
+    else:
+        packed = decoder(
+            input_ids=ids, position_ids=positions, attention_mask=None, use_cache=False
+        ).last_hidden_state[0]
     hidden = packed.new_zeros(*keep.shape, packed.shape[-1])
     return hidden.index_put((keep,), packed)  # out of place: gradients reach `packed`
 

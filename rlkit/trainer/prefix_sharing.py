@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from rlkit.kernels.attention import GROUPED_SDPA
-from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
+from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.metrics.flops import dense_parameters
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import token_budget_split
@@ -99,21 +99,16 @@ def shared_prefix_hidden(
 def _segmented_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tensor, torch.Tensor]:
     """The packed sequences as segments of one row: (N, H) and each sequence's start."""
     device = layout.device
-    bounds, masks, start = [], [], 0
-    for seg in layout.segments:
-        bounds.append((start, start + len(seg)))
-        masks.append(_allowed(torch.tensor(seg, device=device))[None, None])
-        start += len(seg)
-    segments = AttentionSegments(bounds, masks)
-    hidden = decoder(
-        input_ids=torch.tensor([sum(layout.ids, [])], device=device),
-        position_ids=torch.tensor([sum(layout.positions, [])], device=device),
-        attention_mask=segments.stand_in_mask(device),
-        use_cache=False,
-        **{SEGMENTS_KWARG: segments},
-    ).last_hidden_state[0]
-    segments.require_read(decoder, "ModelConfig.share_prompt_prefix")
-    starts = torch.tensor([s for s, _ in bounds], dtype=torch.long, device=device)
+    segments = AttentionSegments.from_masks(
+        [_allowed(torch.tensor(seg, device=device))[None, None] for seg in layout.segments]
+    )
+    hidden = segments.run_decoder(
+        decoder,
+        torch.tensor([sum(layout.ids, [])], device=device),
+        torch.tensor([sum(layout.positions, [])], device=device),
+        "ModelConfig.share_prompt_prefix",
+    )
+    starts = torch.tensor([s for s, _ in segments.bounds], dtype=torch.long, device=device)
     return hidden, starts
 
 
