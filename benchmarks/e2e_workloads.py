@@ -267,6 +267,7 @@ def rlkit_config(w: Workload, out_dir: str | Path):
             weight_decay=0.0,
             grad_clip=1.0,
             lr_schedule="constant",
+            optimizer_implementation="fused",  # TRL's default optim, adamw_torch_fused
             ppo_epochs=1,
             ppo_mini_batch_size=w.prompts_per_step,  # one optimizer step per RL step
             micro_batch_size=w.micro_batch_size,

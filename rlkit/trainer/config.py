@@ -242,6 +242,10 @@ class AlgorithmConfig:
     """Critic loss name (``rlkit list value_losses``: clipped | mse | ``pkg.module:fn``)."""
 
 
+OPTIMIZER_IMPLEMENTATIONS = ("torch", "fused", "foreach", "for_loop")
+"""``OptimConfig.optimizer_implementation`` values (rlkit.trainer.optimizer)."""
+
+
 @gin.configurable
 @dataclass
 class OptimConfig:
@@ -256,6 +260,10 @@ class OptimConfig:
     """constant | cosine (after warm-up)."""
     min_lr_ratio: float = 0.0
     grad_clip: float = 1.0
+    optimizer_implementation: str = "torch"
+    """torch | fused | foreach | for_loop: which of PyTorch's AdamW kernels steps the
+    optimizer, the same update to float rounding (rlkit.trainer.optimizer). torch = its own
+    default (a loop on CPU, foreach on CUDA); fused is the fastest on CPU and CUDA."""
     ppo_epochs: int = 1
     ppo_mini_batch_size: int = 8
     """Prompts per optimizer step (global); the rollout's n responses each come along."""
@@ -734,6 +742,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "lr_schedule": Choice(("constant", "cosine")),
         "min_lr_ratio": FRACTION,
         "grad_clip": POSITIVE,
+        "optimizer_implementation": Choice(OPTIMIZER_IMPLEMENTATIONS),
         "ppo_epochs": COUNT,
         "ppo_mini_batch_size": COUNT,
         "micro_batch_size": COUNT,

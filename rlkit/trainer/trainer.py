@@ -54,6 +54,7 @@ from rlkit.trainer.batch import (
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from rlkit.trainer.config import ExperimentConfig
 from rlkit.trainer.metrics import WeightedMeans, data_metrics
+from rlkit.trainer.optimizer import adamw
 from rlkit.trainer.prefix_sharing import (
     grouped_row_split,
     grouped_token_split,
@@ -313,9 +314,12 @@ class RLTrainer:
         o = self.cfg.optim
 
         def make(params):
-            trainable = [p for p in params if p.requires_grad]
-            return torch.optim.AdamW(
-                trainable, lr=lr, betas=tuple(o.betas), weight_decay=o.weight_decay
+            return adamw(
+                params,
+                lr=lr,
+                betas=tuple(o.betas),
+                weight_decay=o.weight_decay,
+                implementation=o.optimizer_implementation,
             )
 
         return make

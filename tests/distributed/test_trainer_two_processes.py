@@ -211,3 +211,27 @@ def test_shared_prefix_forwards_on_two_processes_give_the_plain_rows_update(
     assert on["critic/score/mean"] == off["critic/score/mean"]
     for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/kl_loss"):
         assert on[key] == pytest.approx(off[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_fused_adamw_on_two_processes_takes_the_default_optimizers_step(demo_model_dir, tmp_path):
+    """PyTorch's fused AdamW kernel on FSDP2's sharded parameters (DTensors over gloo)
+    against its default loop: after one optimizer step the weights differ only by float
+    rounding, so the second step's rollouts, losses and gradients are the same."""
+    runs = {}
+    for implementation in ("torch", "fused"):
+        out = tmp_path / implementation
+        bindings = LENGTH_REWARD_RUN | {
+            "OptimConfig.optimizer_implementation": implementation,
+            "TrainerConfig.total_steps": 2,
+            "TrainerConfig.save_at_end": False,
+            "TrainerConfig.val_before_train": False,
+        }
+        train_two_processes(arithmetic_gin(demo_model_dir, out, bindings), tmp_path)
+        runs[implementation] = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    fused, default = runs["fused"], runs["torch"]
+    assert fused["step"] == default["step"] == 2
+    assert fused["critic/score/mean"] == default["critic/score/mean"]
+    for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy"):
+        assert fused[key] == pytest.approx(default[key], rel=1e-4, abs=1e-6), key
