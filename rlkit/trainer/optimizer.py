@@ -3,7 +3,7 @@
 PyTorch's AdamW has three implementations of the same update (Loshchilov & Hutter,
 arXiv:1711.05101): a loop over the parameters (PyTorch's default on CPU), ``foreach``
 (one multi-tensor op per stage, its default on CUDA) and ``fused`` (one kernel per
-parameter group). They differ only in float rounding, but not in cost: on CPU the loop
+parameter group). They differ in float rounding only, and in cost: on CPU the loop
 takes about five times as long as the fused kernel for a 31.7M-parameter model
 (``benchmarks/optimizer_step.py``). The default, ``"torch"``, keeps PyTorch's own
 choice, so a run's numbers do not move with rlkit's version; ``"fused"`` is the fast one
