@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "code_reward_throughput.py"
+from tests.benchmark_scripts import load_benchmark
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox reads /proc and uses rlimits"
 )
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_code_reward", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_benchmark_prints_a_row_per_worker_count_and_the_mix(capsys):
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("code_reward_throughput.py")
     argv = ["--solutions", "8", "--rounds", "1", "--case-timeout-s", "0.5"]
     assert benchmark.main(argv) == 0
     out = capsys.readouterr().out

@@ -6,23 +6,12 @@ purpose, without a skip: CI installs it, and a missing TRL must fail this test.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import torch
 import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "e2e_grpo_vs_trl.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_e2e_grpo_vs_trl", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
@@ -36,7 +25,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
 
 
 def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tmp_path, capsys):
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
     # 2 prompts x 2 completions, <= 3 new tokens, a random 1-layer model: 2 steps, 1 dropped.
     argv = ["--rounds", "1", "--steps", "2", "--warmup", "1", "--prompts-per-step", "2"]
     argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
@@ -75,7 +64,7 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
 
 def test_rlkit_alone_with_the_generate_decode_loop(tmp_path, capsys):
     # The ablation switch: rlkit's engine on transformers' generate, no TRL run.
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
     model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
     argv = ["--rounds", "1", "--steps", "2", "--warmup", "1", "--prompts-per-step", "2"]
     argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
@@ -90,7 +79,7 @@ def test_rlkit_alone_with_the_generate_decode_loop(tmp_path, capsys):
 
 
 def test_a_named_workload_sets_defaults_that_flags_still_override():
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
     args = benchmark.parse_args(["--workload", "gsm8k_like"])
     assert (args.prompt_tokens, args.max_completion_length, args.group_size) == (200, 128, 8)
     assert (args.hidden_size, args.layers, args.sft_steps) == (512, 8, 0)
@@ -102,7 +91,7 @@ def test_a_named_workload_sets_defaults_that_flags_still_override():
 def test_linear_shapes_are_the_decoder_layers_own_linear_layers():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
     config = Qwen2Config(
         vocab_size=32,
         hidden_size=16,

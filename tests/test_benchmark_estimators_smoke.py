@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import estimators
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "estimators.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_estimators", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def test_benchmark_prints_a_row_per_registered_estimator(capsys):
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("estimators.py")
     assert benchmark.main(["--batch", "8", "--length", "16", "--repeats", "1"]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     header, rows = table[0], table[1:]
@@ -31,7 +20,7 @@ def test_benchmark_prints_a_row_per_registered_estimator(capsys):
 
 
 def test_benchmark_runs_with_multi_turn_masks(capsys):
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("estimators.py")
     assert (
         benchmark.main(
             [

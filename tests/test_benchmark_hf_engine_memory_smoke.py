@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "hf_engine_memory.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_hf_engine_memory", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def test_step_by_step_log_probs_equal_the_output_scores_recipe(capsys):
     # The generate loop and the output_scores recipe seed torch alike and sample the same
     # tokens; the engine's step-by-step log-probs must sum to what stacking the scores gives.
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("hf_engine_memory.py")
     assert benchmark.main(["--rows", "2", "--lengths", "3", "9"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][1:]
     assert [row.split("|")[1].strip() for row in rows] == ["3", "9"]

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import algorithms
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "losses.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_losses", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def test_benchmark_prints_one_row_per_registered_loss(capsys):
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("losses.py")
     assert benchmark.main(["--batch", "4", "--length", "32", "--repeats", "1"]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     header, rows = table[0], table[1:]

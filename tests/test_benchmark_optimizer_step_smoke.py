@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import math
-from pathlib import Path
 
 from rlkit.trainer.config import OPTIMIZER_IMPLEMENTATIONS
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "optimizer_step.py"
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("benchmark_optimizer_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmark_scripts import load_benchmark
 
 
 def test_benchmark_prints_every_implementation_with_the_same_update(capsys):
     sizes = ["--hidden-size", "8", "--layers", "2", "--intermediate-size", "16"]
-    assert load_benchmark().main([*sizes, "--kv-size", "4", "--vocab", "11", "--repeats", "2"]) == 0
+    assert (
+        load_benchmark("optimizer_step.py").main(
+            [*sizes, "--kv-size", "4", "--vocab", "11", "--repeats", "2"]
+        )
+        == 0
+    )
     rows = [
         line.split("|") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")
     ]
@@ -31,7 +26,7 @@ def test_benchmark_prints_every_implementation_with_the_same_update(capsys):
 
 
 def test_benchmark_parameters_are_a_qwen2_decoder_with_an_untied_head():
-    benchmark = load_benchmark()
+    benchmark = load_benchmark("optimizer_step.py")
     args = argparse.Namespace(hidden_size=8, layers=2, intermediate_size=16, kv_size=4, vocab=11)
     count = sum(math.prod(shape) for shape in benchmark.decoder_shapes(args))
     # Per layer: q 8x8 + 8, k and v 4x8 + 4 each, o 8x8, gate and up 16x8, down 8x16, two
