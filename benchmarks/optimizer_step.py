@@ -89,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     reference = optimizers["torch"][0]
     for name in names:
         median = statistics.median(seconds[name])
-        diff = max(float((p - r).detach().abs().max()) for p, r in zip(optimizers[name][0], reference))
+        diff = max(
+            float((p - r).detach().abs().max()) for p, r in zip(optimizers[name][0], reference)
+        )
         print(f"| {name} | {median * 1e3:.1f} | {median / baseline:.2f} | {diff:.1e} |")
     return 0
 
