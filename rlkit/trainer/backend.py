@@ -391,6 +391,12 @@ class TrainingBackend:
         ``synced_gpus=True`` keeps every process stepping until all have finished, since a
         process that stopped early would leave the others waiting in an all-gather.
 
+        Generation computes in the mixed-precision dtype, as the training forwards do: under
+        FSDP2 the layers' ``MixedPrecisionPolicy`` casts the gathered parameters; unsharded,
+        the whole context is one autocast region. Autocast caches the low-precision copy of
+        each float32 parameter until the region ends, so each weight is cast once per
+        rollout, not at every decoded token (as an autocast entered per ``forward`` would).
+
         Args:
             model: a model returned by :meth:`prepare`.
 
@@ -399,7 +405,8 @@ class TrainingBackend:
             over several processes, else ``{}``.
         """
         if not self.is_sharded:
-            yield {}
+            with self.accelerator.autocast():
+                yield {}
             return
         # The root must be lazily initialised before any layer runs on its own; otherwise
         # the first layer to run would claim to be the root (torch raises on the next

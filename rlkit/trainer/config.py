@@ -302,8 +302,9 @@ class TrainerConfig:
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
     mixed_precision: str = "no"
-    """no | bf16 | fp16: the compute dtype of actor, reference and critic forwards (FSDP2's
-    MixedPrecisionPolicy when sharded, autocast otherwise). Parameters, gradients and
+    """no | bf16 | fp16: the compute dtype of actor, reference and critic forwards and of
+    the in-process engine's generation (FSDP2's MixedPrecisionPolicy when sharded,
+    autocast otherwise). Parameters, gradients and
     optimizer state stay in ``ModelConfig.dtype``: keep that float32 and set bf16 here
     for the usual GPU recipe (pure-bf16 parameters lose updates below their ~3 significant
     digits, e.g. most of an lr=1e-6 step)."""
