@@ -144,7 +144,7 @@ def test_bf16_mixed_precision_computes_in_bf16_and_keeps_float32_parameters(
     assert dtypes == {torch.float32} and changed  # fp32 master weights, updated
     assert math.isfinite(mixed["actor/grad_norm"]) and mixed["actor/grad_norm"] > 0
     assert math.isfinite(mixed["actor/entropy"])
-    # Every forward (the decode loop's prefill and steps, the old log-prob and update
+    # Every forward the step ran (the rollout's prefill and decode steps, the training
     # passes) computed in bf16 under mixed precision, and in float32 without it.
     assert set(full_dtypes) == {torch.float32} and len(full_dtypes) > 2
     assert set(mixed_dtypes) == {torch.bfloat16} and len(mixed_dtypes) > 2

@@ -304,10 +304,10 @@ class TrainerConfig:
     mixed_precision: str = "no"
     """no | bf16 | fp16: the compute dtype of actor, reference and critic forwards and of
     the in-process engine's generation (FSDP2's MixedPrecisionPolicy when sharded,
-    autocast otherwise). Parameters, gradients and
-    optimizer state stay in ``ModelConfig.dtype``: keep that float32 and set bf16 here
-    for the usual GPU recipe (pure-bf16 parameters lose updates below their ~3 significant
-    digits, e.g. most of an lr=1e-6 step)."""
+    autocast otherwise). Parameters, gradients and optimizer state stay in
+    ``ModelConfig.dtype``: keep that float32 and set bf16 here for the usual GPU recipe
+    (pure-bf16 parameters lose updates below their ~3 significant digits, e.g. most of an
+    lr=1e-6 step)."""
     platform: str | None = None
     """Force a platform (cpu | cuda | npu); None = detect."""
     export_hf_at_end: bool = False
