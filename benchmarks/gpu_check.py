@@ -21,11 +21,12 @@ value | note); a section that fails puts its error in the table and the next one
 4. ``remove padding``: ``ActorModule(remove_padding=True)`` vs ``False`` forward +
    backward on ragged rows (real lengths 1/4 to all of each half), timed alternately;
    the row names the attention implementation that ran (flash-attention 2 if
-   installed, else SDPA) and the largest log-prob difference between the two.
+   installed, else SDPA) and the largest log-prob difference between the two, from one
+   more forward of each in full float32 (the exactness claim; bf16 rounds by layout).
 5. ``shared prefix``: ``ActorModule(share_prefix=True)`` vs ``False`` forward + backward
    on the remove-padding rows, every ``prefix_group`` of them given one prompt (as GRPO's
    n responses to a prompt), SDPA attention; timed alternately, with the largest log-prob
-   difference between the two.
+   difference between the two in full float32, as in 4.
 6. ``fsdp2``: ``TrainingBackend(strategy="fsdp2", mixed_precision="bf16")`` in this
    single process, the 0.5B actor, 3 steps (forward, backward, clip, AdamW); step times
    and whether every loss is finite.
@@ -649,27 +650,47 @@ def _cpu_logprob(ctx: Context) -> tuple[tuple[float, float], tuple[float, float]
 
 def _alternate(
     ctx: Context, actor: ActorModule, batch: dict, prompt_width: int, switch: str, rounds: int
-) -> tuple[float, float, float]:
+) -> tuple[float, float]:
     """Forward + backward with ``actor.<switch>`` off and on, alternately (round 0 warms
-    both up); returns (median s off, median s on, largest log-prob difference)."""
+    both up); returns (median s off, median s on)."""
     times: dict[bool, list[float]] = {False: [], True: []}
-    logps: dict[bool, torch.Tensor] = {}
     for round_ in range(rounds + 1):
         for on in (False, True):
             setattr(actor, switch, on)
             ctx.sync()
             start = time.perf_counter()
             with ctx.autocast():
-                loss, logp = actor_loss(actor, batch, prompt_width)
+                loss, _ = actor_loss(actor, batch, prompt_width)
             loss.backward()
             ctx.sync()
             if round_ > 0:
                 times[on].append(time.perf_counter() - start)
-            logps[on] = logp.detach()
             actor.zero_grad(set_to_none=True)
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
+def _float32_logp_difference(
+    actor: ActorModule, batch: dict, prompt_width: int, switch: str
+) -> float:
+    """The largest response log-prob difference between ``actor.<switch>`` off and on, in
+    full float32 (no autocast, no TF32).
+
+    The exactness claim is a float32 one: under bf16 the two layouts' products round
+    differently wherever the kernel blocks rows differently (CPUs with native bf16 products
+    do), so a bf16 difference measures rounding, not the switch.
+    """
+    logps = {}
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            for on in (False, True):
+                setattr(actor, switch, on)
+                logps[on] = actor(batch, prompt_width)[0]
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     mask = batch["response_mask"].bool()
-    diff = (logps[True] - logps[False]).abs()[mask].max().item()
-    return statistics.median(times[False]), statistics.median(times[True]), diff
+    return (logps[True] - logps[False]).abs()[mask].max().item()
 
 
 def section_remove_padding(ctx: Context) -> None:
@@ -685,9 +706,10 @@ def section_remove_padding(ctx: Context) -> None:
     real = int(batch["attention_mask"].sum())
     total = batch["attention_mask"].numel()
     try:
-        padded, packed, diff = _alternate(
+        padded, packed = _alternate(
             ctx, actor, batch, s.rmpad_prompt, "remove_padding", s.rmpad_rounds
         )
+        diff = _float32_logp_difference(actor, batch, s.rmpad_prompt, "remove_padding")
     finally:
         del actor, model
     setting = f"{shape.name}, {s.rmpad_rows} rows x {s.rmpad_prompt}+{s.rmpad_response}"
@@ -697,7 +719,7 @@ def section_remove_padding(ctx: Context) -> None:
         "speedup (padded / packed)",
         f"{padded / packed:.2f}x",
         f"attention {attn}; {real}/{total} real tokens; padded {padded:.3f} s, packed "
-        f"{packed:.3f} s (median of {s.rmpad_rounds}); max abs logp diff {diff:.2e}",
+        f"{packed:.3f} s (median of {s.rmpad_rounds}); max abs logp diff {diff:.2e} (float32)",
     )
 
 
@@ -721,9 +743,10 @@ def section_shared_prefix(ctx: Context) -> None:
     )
     share_prompts(batch, s.rmpad_prompt, s.prefix_group)
     try:
-        plain, shared, diff = _alternate(
+        plain, shared = _alternate(
             ctx, actor, batch, s.rmpad_prompt, "share_prefix", s.rmpad_rounds
         )
+        diff = _float32_logp_difference(actor, batch, s.rmpad_prompt, "share_prefix")
     finally:
         del actor, model
     groups = s.rmpad_rows // s.prefix_group
@@ -737,7 +760,7 @@ def section_shared_prefix(ctx: Context) -> None:
         "speedup (plain / shared)",
         f"{plain / shared:.2f}x",
         f"attention sdpa; plain {plain:.3f} s, shared {shared:.3f} s (median of "
-        f"{s.rmpad_rounds}); max abs logp diff {diff:.2e}",
+        f"{s.rmpad_rounds}); max abs logp diff {diff:.2e} (float32)",
     )
 
 

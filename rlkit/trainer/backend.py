@@ -528,15 +528,25 @@ class TrainingBackend:
         self.barrier()
 
     # ----------------------------------------------------------------- cleanup
-    def close(self) -> None:
+    def close(self, *, finished: bool = True) -> None:
         """Destroy the process group if this backend created it; release accelerate's state.
 
         Idempotent. Afterwards a new backend can be built in the same process.
+
+        Args:
+            finished: the work ended normally on every process, so the processes meet at
+                a barrier before the group is destroyed. Without it the first process to
+                finish tears down gloo's connections and the store while another still
+                uses them, and a finished run can abort at exit (``terminate called
+                without an active exception``). Pass ``False`` after an error: the other
+                processes may never reach the barrier.
         """
         if self._closed:
             return
         self._closed = True
         if self._owns_process_group and dist.is_initialized():
+            if finished and dist.get_world_size() > 1:
+                dist.barrier()
             dist.destroy_process_group()
         self._release()
 

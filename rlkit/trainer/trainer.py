@@ -498,9 +498,12 @@ class RLTrainer:
         """setup + train + cleanup; returns the logged metrics of every step."""
         self.setup()
         try:
-            return self.train()
-        finally:
-            self.cleanup()
+            metrics = self.train()
+        except BaseException:
+            self.cleanup(finished=False)
+            raise
+        self.cleanup()
+        return metrics
 
     def train(self) -> list[dict[str, float]]:
         t = self.cfg.trainer
@@ -1137,7 +1140,9 @@ class RLTrainer:
         elif self.is_main:
             print(text, flush=True)
 
-    def cleanup(self) -> None:
+    def cleanup(self, *, finished: bool = True) -> None:
+        """Close the engine, the logger and the backend (``finished=False`` after an error:
+        the processes then skip the closing barrier, see ``TrainingBackend.close``)."""
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()
@@ -1145,7 +1150,7 @@ class RLTrainer:
             self.logger.close()
         backend = getattr(self, "backend", None)
         if backend is not None:
-            backend.close()
+            backend.close(finished=finished)
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
