@@ -78,6 +78,36 @@ def test_rows_that_stop_leave_the_batch_and_the_rest_keep_exact_logprobs(model_a
         torch.testing.assert_close(torch.tensor(lps), ref, atol=1e-5, rtol=1e-5)
 
 
+def test_the_in_place_cache_samples_bitwise_what_transformers_cache_samples(
+    model_and_tok, monkeypatch
+):
+    model, tok = model_and_tok
+    prompts = [tok("45+67=").input_ids, tok("1+1=").input_ids]
+
+    def sample():
+        torch.manual_seed(0)
+        stops = list(range(3, 120))  # rows stop at varied steps: rows leave both caches
+        return decode(
+            model, prompts, n=4, max_new_tokens=12, pad_token_id=0, stop_token_ids=stops, warp=None
+        )
+
+    made = []  # the caches the first run used
+    real = kv_decode.in_place_cache
+    monkeypatch.setattr(
+        kv_decode,
+        "in_place_cache",
+        lambda c, capacity: made.append(real(c, capacity)) or made[-1],
+    )
+    in_place = sample()
+    assert len(made) == 1 and made[0] is not None
+    monkeypatch.setattr(kv_decode, "in_place_cache", lambda config, capacity: None)
+    dynamic = sample()  # transformers' DynamicCache, which copies per token
+    assert len({len(r) for r in in_place.response_ids}) >= 3
+    assert in_place.response_ids == dynamic.response_ids
+    assert in_place.log_probs == dynamic.log_probs  # the same floats, not just close
+    assert in_place.finish_reasons == dynamic.finish_reasons
+
+
 def test_warp_defines_the_sampled_and_recorded_distribution(model_and_tok):
     model, tok = model_and_tok
     torch.manual_seed(0)

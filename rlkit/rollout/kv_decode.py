@@ -7,6 +7,9 @@ What it does that ``generate`` does not, for RL rollouts of ``n`` responses per 
 * **Finished rows leave the batch.** A row that emitted a stop token is dropped from
   the cache (``Cache.batch_select_indices``); later decode steps run only the rows
   still generating. ``generate`` keeps computing every row until all have stopped.
+* **No copy per token.** The KV cache is :class:`~rlkit.rollout.kv_cache.InPlaceLayer`
+  buffers written in place (``DynamicLayer`` copies each layer's whole cache at every
+  token); models whose decoder has other layer kinds keep transformers' own cache.
 * **One uniform per row.** Tokens are drawn by inverse-CDF sampling (a cumulative sum
   and a binary search), exact for the categorical distribution; ``torch.multinomial``
   draws an exponential variate per vocabulary entry.
@@ -25,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from rlkit.rollout.kv_cache import in_place_cache
 
 Warp = Callable[[torch.Tensor], torch.Tensor]
 """(rows, vocab) float scores -> scores of the sampling distribution (-inf = excluded)."""
@@ -87,12 +92,16 @@ class _Stepper:
         # take logits_to_keep; the rest compute them all, which is just slower).
         self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor):
+    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Room for every token of the rollout, written in place (None: the model's own).
+        config = getattr(self.model, "config", None)
+        cache = in_place_cache(config, ids.shape[1] + max_new_tokens) if config else None
         out = self.model(
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device),
+            past_key_values=cache,
             use_cache=True,
             **self.keep_last,
         )
@@ -167,7 +176,7 @@ def decode(
     else:  # nothing to generate, but the prefill still joins FSDP's all-gathers
         ids = torch.full((1, 1), pad_token_id, dtype=torch.long)
         mask = torch.ones_like(ids)
-    logits, cache = step.prefill(ids, mask)
+    logits, cache = step.prefill(ids, mask, max_new_tokens)
     if n > 1 and prompts:
         cache.batch_repeat_interleave(n)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
