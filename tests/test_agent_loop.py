@@ -221,10 +221,16 @@ def test_the_trainer_trains_steps_with_the_tool_agent(tool_model_dir, tmp_path):
     )
     history = RLTrainer(cfg).run()
     assert len(history) == 2
+    # The first rollout comes from the tool-trained policy before any update: it calls the
+    # tool and continues after the result. The length penalty then teaches the policy to
+    # answer without the tool, so a later step may have no second turn (a call truncated
+    # at the response budget counts as a call in a single turn).
+    first = history[0]
+    assert first["tool_calls/mean"] > 0 and first["num_turns/max"] >= 2
+    assert first["response_length/inserted_tokens/mean"] > 0
+    assert first["rollout/kv_reused_tokens"] > 0  # later turns continued their cache
     for metrics in history:
-        assert metrics["tool_calls/mean"] > 0 and metrics["num_turns/max"] >= 2
-        assert metrics["response_length/inserted_tokens/mean"] > 0
-        assert metrics["rollout/kv_reused_tokens"] > 0  # later turns continued their cache
+        assert metrics["num_turns/max"] >= 1 and "tool_calls/mean" in metrics
         assert metrics["reward/num_errors"] == 0  # sampled calls may be malformed: tool/errors
         assert math.isfinite(metrics["actor/pg_loss"]) and metrics["actor/grad_norm"] > 0
     assert "val/tool_arithmetic/tool_call_rate" in history[-1]
