@@ -26,9 +26,10 @@ Prints a Markdown table with both rows and the ratio rlkit / TRL per metric,
 the per-round paired tokens/s ratios, and rlkit's per-phase breakdown
 (``timing_s/*``), then the FLOPs of its generation, log-prob and update phases
 against this machine's matrix-product throughput, measured in the same run
-(:func:`matmul_bound`, :func:`phase_flops`). ``--profile`` also runs each worker under cProfile (CPU time) and
-prints its top functions (the timings of that run are then perturbed). Target: rlkit at
-least 1.5x TRL's tokens/s on CPU.
+(:func:`matmul_bound`, :func:`phase_flops`), and generation against its own products run
+as a decode step runs them (:func:`streamed_bound`). ``--profile`` also runs each worker
+under cProfile (CPU time) and prints its top functions (the timings of that run are then
+perturbed). Target: rlkit at least 1.5x TRL's tokens/s on CPU.
 """
 
 from __future__ import annotations
@@ -390,6 +391,42 @@ def shape_bound(
         torch.set_num_threads(before)
 
 
+def streamed_bound(config, rows: int, threads: int, dtype: str, seconds: float = 1.0) -> float:
+    """FLOP/s of one decode step's layer products as the model runs them: every layer's
+    own weights, layer after layer, each used once at ``rows`` rows.
+
+    :func:`shape_bound` repeats one product on one weight, which then stays in the CPU's
+    cache; a decode step reads each of its ``num_hidden_layers`` layers' weights once per
+    token, so at a few rows they stream from memory. This is the bound a decode step's
+    products face; everything else the step does (attention, norms, sampling) comes on top.
+    """
+    import time
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    kind = torch.bfloat16 if dtype == "bf16" else torch.float32
+    shapes = linear_shapes(config) * config.num_hidden_layers
+    try:
+        weights = [torch.randn(n, k).to(kind) for k, n in shapes]
+        inputs = {k: torch.randn(rows, k).to(kind) for k, _ in shapes}
+
+        def one_step() -> None:
+            for w in weights:
+                torch.nn.functional.linear(inputs[w.shape[1]], w)
+
+        one_step()  # the first pass pays one-off costs
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            one_step()
+            done += 1
+        flops = sum(2 * rows * k * n for k, n in shapes)
+        return flops * done / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+
+
 def phase_flops(config, lengths: dict[str, float]) -> dict[str, float]:
     """The FLOPs each phase of one step would do on plain rows, from the batch's mean lengths.
 
@@ -418,7 +455,8 @@ def phase_flops(config, lengths: dict[str, float]) -> dict[str, float]:
 def bound_table(runs: list[Run], warmup: int, workload: Workload) -> str:
     """rlkit's FLOPs per phase and the fraction reached of two bounds: this machine's square
     matmul rate (:func:`matmul_bound`) and the rate of the model's own layer products at
-    the phase's row count (:func:`shape_bound`)."""
+    the phase's row count (:func:`shape_bound`); then generation's fraction of its
+    products' rate with the weights streamed (:func:`streamed_bound`)."""
     measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
     if not measured or not measured[0].lengths:
         return ""
@@ -462,6 +500,18 @@ def bound_table(runs: list[Run], warmup: int, workload: Workload) -> str:
         "\nAbove 100%: the phase computed each prompt once per group (shared-prefix "
         "passes; generation's shared prefill), fewer FLOPs than the plain rows' count."
     )
+    gen_seconds = statistics.median(r.phases_s.get("gen", 0.0) for r in measured)
+    if gen_seconds > 0:
+        rows = phase_rows["gen"]
+        streamed = streamed_bound(config, rows, threads, precision)
+        gen_rate = statistics.median(phase_flops(config, r.lengths)["gen"] for r in measured)
+        gen_rate /= gen_seconds
+        lines.append(
+            f"\nDecode products with weights streamed ({config.num_hidden_layers} layers' own "
+            f"weights in order, {rows} rows, as one decode step reads them): "
+            f"{streamed / 1e9:.1f} GFLOP/s, {streamed / bound:.0%} of the matmul bound; "
+            f"gen reached {gen_rate / streamed:.0%} of it."
+        )
     return "\n".join(lines)
 
 

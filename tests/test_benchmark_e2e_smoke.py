@@ -7,6 +7,7 @@ purpose, without a skip: CI installs it, and a missing TRL must fail this test.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
@@ -49,6 +50,12 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
         assert float(rows[phase][5]) > 0
     # gen decodes the step's 2 x 2 rows; the update runs micro-batches of 2 rows.
     assert rows["gen"][4] == "4"
+    streamed = re.search(
+        r"Decode products with weights streamed \(1 layers' own weights in order, 4 rows, .*\): "
+        r"([0-9.]+) GFLOP/s, [0-9]+% of the matmul bound; gen reached [0-9]+% of it\.",
+        out,
+    )
+    assert streamed and float(streamed.group(1)) > 0, out
     header = rows["framework"]
     assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
     for name in ("rlkit", "TRL", "rlkit / TRL"):
@@ -86,6 +93,20 @@ def test_a_named_workload_sets_defaults_that_flags_still_override():
     args = benchmark.parse_args(["--workload", "realistic", "--max-completion-length", "16"])
     assert args.max_completion_length == 16 and args.hidden_size == 512
     assert benchmark.parse_args([]).max_completion_length == 8  # tiny: the defaults
+
+
+def test_streamed_bound_times_every_layers_products_and_restores_the_thread_count():
+    from transformers import Qwen2Config
+
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
+    config = Qwen2Config(
+        vocab_size=32, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    threads = torch.get_num_threads()
+    rate = benchmark.streamed_bound(config, rows=4, threads=1, dtype="no", seconds=0.05)
+    assert math.isfinite(rate) and rate > 0
+    assert torch.get_num_threads() == threads
 
 
 def test_linear_shapes_are_the_decoder_layers_own_linear_layers():
