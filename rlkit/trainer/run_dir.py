@@ -45,6 +45,7 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.plot_learning_curve",
         "TrainerConfig.num_threads",
         "TrainerConfig.keep_freed_host_memory",
+        "TrainerConfig.freeze_setup_objects",
         "OptimConfig.optimizer_implementation",  # the same AdamW update, another kernel
         # Which process or packed row computes a token: the same result, to float rounding.
         "TrainerConfig.balance_batch",

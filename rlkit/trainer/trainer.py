@@ -53,6 +53,7 @@ from rlkit.trainer.batch import (
 )
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from rlkit.trainer.config import ExperimentConfig
+from rlkit.trainer.frozen_heap import frozen_heap
 from rlkit.trainer.metrics import WeightedMeans, data_metrics
 from rlkit.trainer.optimizer import adamw
 from rlkit.trainer.prefix_sharing import (
@@ -506,6 +507,14 @@ class RLTrainer:
         return metrics
 
     def train(self) -> list[dict[str, float]]:
+        """Run steps up to ``TrainerConfig.total_steps``, validating, saving and logging as
+        configured; returns the logged metrics of every step."""
+        if not self.cfg.trainer.freeze_setup_objects:
+            return self._train_steps()
+        with frozen_heap():
+            return self._train_steps()
+
+    def _train_steps(self) -> list[dict[str, float]]:
         t = self.cfg.trainer
         if t.val_before_train and self.val_prompts is not None and self.resumed_from is None:
             val = self.validate()
@@ -516,7 +525,7 @@ class RLTrainer:
                 f"{self.out_dir} already holds a run finished at step {self.step_count} "
                 f"(TrainerConfig.total_steps={t.total_steps}): nothing to train. Raise "
                 "total_steps to continue it, or choose another TrainerConfig.output_dir.",
-                stacklevel=2,
+                stacklevel=3,  # the caller of train()
             )
         while self.step_count < t.total_steps:
             metrics = self.step()
