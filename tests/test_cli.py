@@ -126,7 +126,8 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
     out = tmp_path / "run"
     cfg.write_text(_tiny_gin(demo_model_dir, out, 100000))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlkit.train", str(cfg)],
+        # -X faulthandler: SIGABRT then prints every thread's stack, should Ctrl-C not stop it
+        [sys.executable, "-X", "faulthandler", "-m", "rlkit.train", str(cfg)],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         stdout=subprocess.PIPE,
@@ -140,7 +141,12 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
                 break
         time.sleep(1.0)  # into the steps
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, stderr = proc.communicate(timeout=30)
+            pytest.fail(f"Ctrl-C did not stop the run in 60 s; where it was:\n{stderr[-6000:]}")
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]
