@@ -105,3 +105,65 @@ def test_causal_rows_take_one_segment_each_and_empty_rows_none():
         [True, True, False],
         [True, True, True],
     ]
+
+
+def test_a_shared_prompt_is_attended_per_response_over_its_own_and_the_prompts_keys():
+    # A prompt of 4, three responses of 60 (184 tokens). Query runs: the prompt with the
+    # first response [0, 64) over 64 keys, then each further response's 60 queries over
+    # 4 + 60 = 64 keys. Costs, score entries + 12 per gathered entry (rows x (Wq + 2 Wk)):
+    # the whole segment 184 x 184 + 12 x (184 + 368) = 33,856 + 6,624 = 40,480; the runs
+    # 3 x 64 x 64 + 12 x 3 x (64 + 128) = 12,288 + 6,912 = 19,200; cut to 60 queries
+    # ([0, 60) [60, 64) and the two responses) 4 x 60 x 64 + 12 x 4 x 188 = 24,384.
+    bounds, masks = prefix_masks([(4, [60, 60, 60])])
+    segments = AttentionSegments(bounds, masks)
+    assert segments.batch_shape == (3, 64, 64)
+    torch.manual_seed(2)
+    q = torch.randn(1, 2, 184, 4, requires_grad=True)
+    k = torch.randn(1, 1, 184, 4, requires_grad=True)
+    v = torch.randn(1, 1, 184, 4, requires_grad=True)
+    out = segments.attend(q, k, v)
+    out.square().sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = per_segment_attention_reference(segments, q, k, v)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_short_segments_stay_one_row_each():
+    # Plain causal rows: each is one query run over its own keys, as the whole segment.
+    assert AttentionSegments.causal([4, 4]).batch_shape == (2, 4, 4)
+    # A prompt of 5, responses of 3, 4 and 2 (14 tokens): the whole segment costs
+    # 14 x 14 + 12 x (14 + 28) = 700; its runs [0, 8) [8, 12) [12, 14), over 8, 9 and 7
+    # keys, 3 x 8 x 9 + 12 x 3 x (8 + 18) = 1,152: gathering the prompt's keys again per
+    # response costs more than the scores it saves.
+    bounds, masks = prefix_masks([(5, [3, 4, 2])])
+    assert AttentionSegments(bounds, masks).batch_shape == (1, 14, 14)
+
+
+def test_any_mask_with_its_diagonal_attends_as_its_reference():
+    # Random visibility (not causal stretches: queries often lose keys their predecessor
+    # saw), so query runs are short; the result must still be the per-segment SDPA's.
+    torch.manual_seed(3)
+    masks = []
+    for n in (6, 9, 1):
+        mask = (torch.rand(n, n) < 0.4) | torch.eye(n, dtype=torch.bool)
+        masks.append(mask[None, None])
+    segments = AttentionSegments.from_masks(masks)
+    q = torch.randn(1, 4, 16, 8, requires_grad=True)
+    k = torch.randn(1, 2, 16, 8, requires_grad=True)
+    v = torch.randn(1, 2, 16, 8, requires_grad=True)
+    weights = torch.randn(1, 16, 4, 8)
+    (segments.attend(q, k, v) * weights).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (per_segment_attention_reference(segments, q, k, v) * weights).sum().backward()
+    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        segments.attend(q, k, v), per_segment_attention_reference(segments, q, k, v)
+    )

@@ -266,6 +266,11 @@ def test_packing_is_chosen_only_where_it_saves_flops():
     # A 64-token prompt, 8 responses of 4096: attention over 32,832 packed tokens would
     # cost far more than the prompt saves; the rows stay plain.
     assert cheapest_chunks(group, [64] * 8, [4096] * 8, config) == [[r] for r in group]
+    # Attended per response (grouped_sdpa's segments): prompt + first response, then each
+    # response over 64 + 4096 keys, the plain rows' own attention: the whole group packs.
+    assert cheapest_chunks(group, [64] * 8, [4096] * 8, config, per_response_attention=True) == [
+        group
+    ]
 
 
 def test_the_test_batches_really_share_their_prompts(model_dir):

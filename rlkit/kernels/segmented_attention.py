@@ -5,10 +5,21 @@ Handing the decoder one ``N x N`` mask for it would make attention cost ``N^2`` 
 layer, nearly all of it on blocked pairs; handing it the segments as padded rows of a
 batch would make every matrix product run on the padding too. Here the matrix products
 see exactly the ``N`` real tokens and attention runs within each segment, over that
-segment's own ``l x l`` mask: one SDPA call for all segments, gathered into a batch of
-``S`` rows padded to the longest segment (``S x W^2`` attention instead of ``N^2``; the
-padding stays inside attention). :func:`per_segment_attention_reference` is the same
+segment's own ``l x l`` mask: one SDPA call for all segments, gathered into a padded batch
+(the padding stays inside attention). :func:`per_segment_attention_reference` is the same
 computation as one SDPA call per segment, kept beside it with a test that they agree.
+
+The batch's rows are *query runs*: consecutive queries of a segment, each seeing every key
+its predecessor sees (a causal stretch), attend together over the keys the run's last
+query sees. A shared-prompt segment (a prompt, then responses that each see the prompt
+and themselves) then costs one row of prompt + response keys per response, not its whole
+``l x l`` square: ``p + r_1`` queries over as many keys, then ``r_i`` queries over
+``p + r_i`` keys for each further response, where the square has ``(p + Σ r_i)^2``
+entries. Runs are cut to at most ``Q`` queries (a piece's keys: its last query's), and
+``Q`` is chosen with the layout (runs, or one row per segment) of the lowest estimated
+cost: the padded batch's score entries plus its gathered query, key and value entries,
+:data:`GATHER_COST` each (more rows of fewer queries mean fewer scores, but every row
+gathers its keys and values again).
 
 :meth:`AttentionSegments.run_decoder` hands a decoder the segments as the keyword
 :data:`SEGMENTS_KWARG`, which Hugging Face decoders pass on to their attention function
@@ -26,12 +37,22 @@ from torch import nn
 #: The keyword a decoder's forward takes the segments under (passed on to attention).
 SEGMENTS_KWARG = "rlkit_attention_segments"
 
+#: What one gathered query, key or value entry costs against one attention score entry,
+#: forward and backward. Fitted on a 2-core x86-64 CPU (head dim 128) with shared-prompt
+#: segments of 6 + 8 x 64 and 206 + 8 x 128 tokens cut to 4-1,000 queries per row.
+GATHER_COST = 12
+
 
 class AttentionSegments:
     """Segments ``[start, end)`` of a packed row and, per segment, a boolean
     ``(1, 1, l, l)`` mask (``True``: the query at row ``i`` may see the key at ``j``)."""
 
-    def __init__(self, bounds: Sequence[tuple[int, int]], masks: Sequence[torch.Tensor]) -> None:
+    def __init__(
+        self,
+        bounds: Sequence[tuple[int, int]],
+        masks: Sequence[torch.Tensor],
+        query_runs: bool = True,
+    ) -> None:
         problems = [
             f"segment {i} [{s}, {e}) has a mask of shape {tuple(m.shape)}"
             for i, ((s, e), m) in enumerate(zip(bounds, masks, strict=True))
@@ -50,34 +71,65 @@ class AttentionSegments:
             )
         self.calls = 0
         """How many attention layers have read these segments."""
-        self._index, self._valid, self._batch_mask = self._batch_layout()
+        self.query_runs = query_runs
+        """Whether rows may be query runs (else one row per segment, the plain layout)."""
+        self._queries, self._keys, self._valid, self._batch_mask = self._batch_layout()
+        rows, _, width_q, width_k = self._batch_mask.shape
+        self.batch_shape = (rows, width_q, width_k)
+        """The padded batch attention runs on: (rows, queries per row, keys per row)."""
 
-    def _batch_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Segment s's tokens as row s of an (S, W) batch: their positions in the packed
-        row (``index``), which entries are real (``valid``), and the (S, 1, W, W) mask. A
-        padding query sees the row's first key (a real one), so no row of the softmax is
-        empty; its output is dropped."""
+    def _batch_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch SDPA runs on (see the module docs): per row, the packed-row positions
+        of its queries (R, Wq) and keys (R, Wk), which query entries are real (R, Wq), and
+        the (R, 1, Wq, Wk) mask. A padding query sees the row's first key (a real one), so
+        no row of the softmax is empty; its output is dropped."""
         device = self.masks[0].device if self.masks else None
-        width = max((e - s for s, e in self.bounds), default=0)
-        index = torch.zeros(len(self.bounds), width, dtype=torch.long, device=device)
-        valid = torch.zeros(len(self.bounds), width, dtype=torch.bool, device=device)
-        mask = torch.zeros(len(self.bounds), 1, width, width, dtype=torch.bool, device=device)
-        for row, ((start, end), own) in enumerate(zip(self.bounds, self.masks)):
-            n = end - start
-            index[row, :n] = torch.arange(start, end, device=device)
-            valid[row, :n] = True
-            mask[row, :, :n, :n] = own[0]
-            mask[row, :, n:, 0] = True
-        return index, valid, mask
+        pieces = self._cheapest_pieces()
+        width_q = max((b - a for _, a, b, _ in pieces), default=0)
+        width_k = max((len(keys) for *_, keys in pieces), default=0)
+        rows = len(pieces)
+        queries = torch.zeros(rows, width_q, dtype=torch.long, device=device)
+        keys_at = torch.zeros(rows, width_k, dtype=torch.long, device=device)
+        valid = torch.zeros(rows, width_q, dtype=torch.bool, device=device)
+        mask = torch.zeros(rows, 1, width_q, width_k, dtype=torch.bool, device=device)
+        for row, (seg, a, b, keys) in enumerate(pieces):
+            start, own = self.bounds[seg][0], self.masks[seg][0, 0]
+            keys = torch.as_tensor(keys, dtype=torch.long, device=device)
+            queries[row, : b - a] = torch.arange(start + a, start + b, device=device)
+            keys_at[row, : len(keys)] = keys + start
+            valid[row, : b - a] = True
+            mask[row, 0, : b - a, : len(keys)] = own[a:b][:, keys]
+            mask[row, 0, b - a :, 0] = True
+        return queries, keys_at, valid, mask
+
+    def _cheapest_pieces(self) -> list[tuple[int, int, int, list[int]]]:
+        """(segment, first query, end query, the keys' positions in the segment) per row,
+        in packed order: whole segments, or (with ``query_runs``) query runs cut to at most
+        Q queries where that costs less (:func:`_layout_cost`)."""
+        whole = [(i, 0, e - s, e - s) for i, (s, e) in enumerate(self.bounds)]
+        best, best_cost = None, _layout_cost(whole)
+        masks = [m[0, 0] for m in self.masks] if self.query_runs else []
+        runs = [(i, a, b) for i, m in enumerate(masks) for a, b in _query_runs(m)]
+        seen = [m.sum(dim=1).tolist() for m in masks]  # how many keys each query sees
+        for q in sorted({b - a for _, a, b in runs}):
+            cut = [(i, a, min(a + q, b)) for i, a0, b in runs for a in range(a0, b, q)]
+            cost = _layout_cost([(i, a, b, seen[i][b - 1]) for i, a, b in cut])
+            if cost < best_cost:
+                best, best_cost = cut, cost
+        if best is None:
+            return [(i, 0, n, list(range(n))) for i, _, n, _ in whole]
+        return [(i, a, b, masks[i][b - 1].nonzero().flatten().tolist()) for i, a, b in best]
 
     @classmethod
-    def from_masks(cls, masks: Sequence[torch.Tensor]) -> AttentionSegments:
+    def from_masks(
+        cls, masks: Sequence[torch.Tensor], query_runs: bool = True
+    ) -> AttentionSegments:
         """Segments one after another from token 0, each as long as its (1, 1, l, l) mask."""
         bounds, start = [], 0
         for mask in masks:
             bounds.append((start, start + mask.shape[-1]))
             start += mask.shape[-1]
-        return cls(bounds, masks)
+        return cls(bounds, masks, query_runs)
 
     @classmethod
     def causal(
@@ -158,20 +210,42 @@ class AttentionSegments:
             )
         self.calls += 1
 
-        def batched(x: torch.Tensor) -> torch.Tensor:  # (1, h, N, D) -> (S, h, W, D)
-            return x[0][:, self._index].transpose(0, 1)
+        def batched(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:  # -> (R, h, W, D)
+            return x[0][:, at].transpose(0, 1)
 
         out = torch.nn.functional.scaled_dot_product_attention(
-            batched(query),
-            batched(key),
-            batched(value),
+            batched(query, self._queries),
+            batched(key, self._keys),
+            batched(value, self._keys),
             attn_mask=self._batch_mask,
             dropout_p=dropout,
             scale=scale,
             enable_gqa=key.shape[1] != query.shape[1],
-        )  # (S, H, W, D)
+        )  # (R, H, Wq, D)
         # The real entries, row by row, are the packed row's tokens in order.
         return out.transpose(1, 2)[self._valid][None]
+
+
+def _query_runs(mask: torch.Tensor) -> list[tuple[int, int]]:
+    """[a, b) stretches of an (l, l) mask's queries in which every query sees all the keys
+    its predecessor sees, so the last query's keys serve the whole stretch."""
+    if mask.shape[0] == 0:
+        return []
+    loses = (mask[:-1] & ~mask[1:]).any(dim=1)  # query i + 1 misses a key query i sees
+    starts = [0, *(loses.nonzero().flatten() + 1).tolist()]
+    return list(zip(starts, [*starts[1:], mask.shape[0]]))
+
+
+def _layout_cost(pieces: list[tuple[int, int, int, int]]) -> int:
+    """Estimated cost of attending ``pieces`` (segment, first query, end query, keys) as
+    one padded batch of R rows, Wq queries and Wk keys: R·Wq·Wk score entries plus
+    :data:`GATHER_COST` per gathered entry, R·(Wq + 2·Wk)."""
+    if not pieces:
+        return 0
+    rows = len(pieces)
+    width_q = max(b - a for _, a, b, _ in pieces)
+    width_k = max(k for *_, k in pieces)
+    return rows * width_q * width_k + GATHER_COST * rows * (width_q + 2 * width_k)
 
 
 def per_segment_attention_reference(

@@ -11,16 +11,17 @@ own response only. Every response token then has exactly the context it has in i
 row (same tokens, same positions), so hidden states, log-probs, entropies, values and
 the gradients reaching the prompt (the sum over the ``n`` responses, as the unshared
 rows add up) equal the unshared computation up to float rounding; the prompt's matrix
-products run once instead of ``n`` times. The packed sequence's attention is over all
-of it, so a group is packed only in runs whose FLOPs come below its plain rows'
-(:func:`cheapest_chunks`).
+products run once instead of ``n`` times. Where the packed sequence's attention is over
+all of it (a 4D mask), a group is packed only in runs whose FLOPs come below its plain
+rows' (:func:`cheapest_chunks`).
 
 How the packed sequences of a micro-batch reach the decoder depends on the attention:
 
 * rlkit's ``grouped_sdpa`` (the CPU default): one after another in a single row, each
   attending within itself under its own mask
   (:class:`~rlkit.kernels.segmented_attention.AttentionSegments`). The matrix products
-  run on the real tokens only.
+  run on the real tokens only, and each response's queries attend over the prompt's and
+  its own keys only, so a whole group always costs less packed than as plain rows.
 * ``sdpa`` and ``eager``: as the padded rows of a batch under one 4D mask handed to the
   model as is. The products also run on each row's padding up to the longest.
 
@@ -78,13 +79,16 @@ def shared_prefix_hidden(
     width = ids.shape[1] - prompt_width
     lengths = mask[:, prompt_width:].sum(dim=1).tolist()
     prompt_lengths = mask[:, :prompt_width].sum(dim=1).tolist()
+    segmented = getattr(decoder.config, "_attn_implementation", None) == GROUPED_SDPA
     groups = [
         chunk
         for group in prompt_groups(ids, mask, prompt_width)
-        for chunk in cheapest_chunks(group, prompt_lengths, lengths, decoder.config)
+        for chunk in cheapest_chunks(
+            group, prompt_lengths, lengths, decoder.config, per_response_attention=segmented
+        )
     ]
     layout = _Layout(ids, mask, prompt_width, lengths, groups)
-    if getattr(decoder.config, "_attn_implementation", None) == GROUPED_SDPA:
+    if segmented:
         hidden, starts = _segmented_forward(decoder, layout)
     else:
         hidden, starts = _padded_forward(decoder, layout)
@@ -148,17 +152,25 @@ def _allowed(seg: torch.Tensor) -> torch.Tensor:
 
 
 def cheapest_chunks(
-    group: list[int], prompt_lengths: list[int], response_lengths: list[int], config: Any
+    group: list[int],
+    prompt_lengths: list[int],
+    response_lengths: list[int],
+    config: Any,
+    per_response_attention: bool = False,
 ) -> list[list[int]]:
     """``group`` cut into runs of k rows, each run one packed sequence, for the k that
     costs the fewest FLOPs (k = 1: plain rows).
 
-    Packing saves the prompt's matrix products but attends over the whole packed
-    sequence: a packed row of L tokens costs D·L + A·L² (D = 2 FLOPs per weight of the
-    decoder layers, A = 4 · head_dim · heads · layers for the scores and the weighted sum
-    over the full L x L mask), against Σ_i D·(p + r_i) + A·(p + r_i)² for the plain rows.
-    Short responses after a long prompt pack whole; responses much longer than the
-    prompt stay plain (their attention would grow n-fold).
+    Packing saves the prompt's matrix products. A packed row of L = p + Σ r_i tokens costs
+    D·L in products (D = 2 FLOPs per weight of the decoder layers) and, with attention
+    over the full L x L mask, A·L² (A = 4 · head_dim · heads · layers for the scores and
+    the weighted sum), against Σ_i D·(p + r_i) + A·(p + r_i)² for the plain rows: short
+    responses after a long prompt pack whole; responses much longer than the prompt stay
+    plain (their attention would grow n-fold). With ``per_response_attention``
+    (:class:`~rlkit.kernels.segmented_attention.AttentionSegments`, whose rows are the
+    prompt with the first response, then each further response over the prompt's and its
+    own keys) attention costs A·((p + r_1)² + Σ_{i>1} r_i·(p + r_i)), never more than
+    the plain rows': the whole group packs.
     """
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -166,10 +178,15 @@ def cheapest_chunks(
     attention = 4 * head_dim * heads * config.num_hidden_layers
     prompt = prompt_lengths[group[0]]
 
+    def attended(responses: list[int]) -> int:  # (query, key) pairs of one packed row
+        if not per_response_attention:
+            return (prompt + sum(responses)) ** 2
+        first, *rest = responses
+        return (prompt + first) ** 2 + sum(r * (prompt + r) for r in rest)
+
     def cost(k: int) -> float:
-        runs = [group[i : i + k] for i in range(0, len(group), k)]
-        packed = [prompt + sum(response_lengths[r] for r in run) for run in runs]
-        return sum(dense * n + attention * n * n for n in packed)
+        runs = [[response_lengths[r] for r in group[i : i + k]] for i in range(0, len(group), k)]
+        return sum(dense * (prompt + sum(run)) + attention * attended(run) for run in runs)
 
     best = min(range(1, len(group) + 1), key=lambda k: (cost(k), -k))
     return [group[i : i + best] for i in range(0, len(group), best)]
