@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlkit.kernels.segmented_attention import (
     AttentionSegments,
@@ -166,4 +168,29 @@ def test_any_mask_with_its_diagonal_attends_as_its_reference():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(
         segments.attend(q, k, v), per_segment_attention_reference(segments, q, k, v)
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    groups=st.lists(
+        st.tuples(st.integers(1, 12), st.lists(st.integers(1, 40), min_size=0, max_size=5)),
+        min_size=1,
+        max_size=3,
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_any_shared_prompt_packing_attends_as_one_call_per_segment(groups, seed):
+    # Whatever rows the layout picks (whole segments, runs, runs cut shorter), every token
+    # gets the attention its own segment's mask gives it.
+    bounds, masks = prefix_masks(groups)
+    segments = AttentionSegments(bounds, masks)
+    n = segments.length
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, h, n, 4, generator=gen) for h in (2, 1, 1))
+    torch.testing.assert_close(
+        segments.attend(q, k, v),
+        per_segment_attention_reference(segments, q, k, v),
+        rtol=1e-5,
+        atol=1e-6,
     )
