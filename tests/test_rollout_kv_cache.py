@@ -6,7 +6,12 @@ import torch
 from transformers import Qwen2Config
 from transformers.cache_utils import DynamicLayer
 
-from rlkit.rollout.kv_cache import InPlaceLayer, in_place_cache
+from rlkit.rollout.kv_cache import (
+    InPlaceLayer,
+    SharedPrefixLayer,
+    in_place_cache,
+    shared_prefix_cache,
+)
 
 
 def _both(ops) -> None:
@@ -71,3 +76,35 @@ def test_only_full_attention_decoders_get_the_in_place_cache():
         max_window_layers=1,
     )
     assert in_place_cache(sliding, capacity=10) is None  # transformers' own cache
+    assert [type(layer) for layer in shared_prefix_cache(plain, 10).layers] == [
+        SharedPrefixLayer
+    ] * 3
+    assert shared_prefix_cache(sliding, capacity=10) is None
+
+
+def test_the_shared_prefix_layer_holds_each_prompt_once_and_each_rows_own_tokens():
+    torch.manual_seed(0)
+    kv = lambda rows, tokens: (torch.randn(rows, 2, tokens, 4), torch.randn(rows, 2, tokens, 4))  # noqa: E731
+    reference, layer = InPlaceLayer(capacity=9), SharedPrefixLayer(capacity=9)
+    prompt = kv(2, 5)  # 2 prompts of 5 positions, then n = 3 rows each, 4 new tokens
+    for cache in (reference, layer):
+        cache.update(*prompt)
+        cache.batch_repeat_interleave(3)
+    assert layer.prefix.keys.shape == (2, 2, 5, 4)  # once per prompt, not per row
+    assert layer.get_seq_length() == reference.get_seq_length() == 5
+    steps = [kv(6, 1), kv(6, 1), kv(4, 1), kv(4, 1)]
+    for i, step in enumerate(steps):
+        if i == 2:  # rows 1 and 4 stop: slots 0, 2, 3, 5 stay
+            for cache in (reference, layer):
+                cache.batch_select_indices(torch.tensor([0, 2, 3, 5]))
+            assert layer.prefix.rows.tolist() == [0, 2, 3, 5]
+        reference.update(*step)
+        own_keys, own_values = layer.update(*step)  # only the rows' own tokens
+        assert layer.unread  # until the attention reads the prompt
+        prefix = layer.read_prefix()
+        assert not layer.unread
+        # The row's full keys: its group's prompt (slot // n), then its own tokens.
+        group = prefix.slots() // prefix.n
+        assert torch.equal(torch.cat([prefix.keys[group], own_keys], 2), reference.keys)
+        assert torch.equal(torch.cat([prefix.values[group], own_values], 2), reference.values)
+        assert layer.get_seq_length() == reference.get_seq_length() == 5 + i + 1

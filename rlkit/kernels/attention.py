@@ -26,6 +26,7 @@ from torch import nn
 
 from rlkit.kernels.registry import register_kernel
 from rlkit.kernels.segmented_attention import SEGMENTS_KWARG
+from rlkit.kernels.shared_prefix_decode import SHARED_PREFIX_KWARG, shared_prefix_attention
 
 #: The name :func:`grouped_sdpa_attention` is registered under in transformers.
 GROUPED_SDPA = "rlkit_grouped_sdpa"
@@ -93,10 +94,19 @@ def grouped_sdpa_forward(
     A packed row's :class:`~rlkit.kernels.segmented_attention.AttentionSegments`, passed
     to the decoder as the keyword ``rlkit_attention_segments``, replace the mask:
     attention then runs within each segment under its own mask.
+
+    A decode step over a shared-prefix KV cache passes a
+    :data:`~rlkit.kernels.shared_prefix_decode.PrefixReader` as ``rlkit_shared_prefix``:
+    ``key``/``value`` are then the rows' own tokens, and the group's prompt is read from
+    the cache once per group (:func:`shared_prefix_attention`).
     """
     segments = kwargs.get(SEGMENTS_KWARG)
     if segments is not None:
         return segments.attend(query, key, value, dropout=dropout, scale=scaling), None
+    read_prefix = kwargs.get(SHARED_PREFIX_KWARG)
+    if read_prefix is not None:
+        prefix = read_prefix(module.layer_idx)
+        return shared_prefix_attention(query, prefix, key, value, attention_mask, scaling), None
     if kwargs.get("position_bias") is not None or kwargs.get("cache") is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 

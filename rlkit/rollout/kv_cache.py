@@ -12,12 +12,22 @@ rollout's length (prompt width + new tokens), so a rollout copies its cache a fe
 rather than at every token. The decode loop's two batch operations also copy the filled
 part once each, as ``DynamicLayer`` does: repeating the prefilled prompts ``n`` times, and
 dropping finished rows.
+
+:class:`SharedPrefixLayer` goes further for ``n`` responses per prompt: repeating the
+prefilled prompts keeps one copy of each, and each row's own tokens go to a buffer of
+their own; the decode step's attention
+(:func:`~rlkit.kernels.shared_prefix_decode.shared_prefix_attention`) then reads each
+prompt once per group instead of once per row.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
+
+from rlkit.kernels.shared_prefix_decode import PrefixReader, SharedPrefix
 
 
 class InPlaceLayer(DynamicLayer):
@@ -100,12 +110,100 @@ class InPlaceLayer(DynamicLayer):
         self.length = 0
 
 
+class SharedPrefixLayer(InPlaceLayer):
+    """An :class:`InPlaceLayer` whose prefilled prompts, once repeated ``n`` times, are
+    held once per group: :attr:`prefix` (a
+    :class:`~rlkit.kernels.shared_prefix_decode.SharedPrefix`), while the buffer holds
+    only each row's own tokens.
+
+    ``update`` then returns only the row's own keys and values, so the attention must
+    read the prompt with :meth:`read_prefix`: the decode loop passes
+    :func:`prefix_reader` to the model, and :func:`check_prefixes_read` fails loudly
+    after a forward whose attention function did not read it. ``get_seq_length`` counts
+    the prompt too, so transformers builds masks over prompt + own tokens.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self.prefix: SharedPrefix | None = None
+        self.unread = False
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.unread = self.prefix is not None
+        return super().update(key_states, value_states)
+
+    def read_prefix(self) -> SharedPrefix:
+        if self.prefix is None:
+            raise RuntimeError("this KV-cache layer holds no shared prompt prefix yet")
+        self.unread = False
+        return self.prefix
+
+    def get_seq_length(self) -> int:
+        prompt = 0 if self.prefix is None else self.prefix.keys.shape[-2]
+        return prompt + self.length
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.prefix is not None:
+            raise RuntimeError("the shared prompt prefix is already repeated")
+        if self.length == 0:
+            return
+        self.prefix = SharedPrefix(self.keys, self.values, repeats)
+        self.capacity = max(1, self.capacity - self.length)  # the rows' own tokens
+        self.key_buffer = self.value_buffer = None
+        self.keys, self.values = self.keys[:, :, :0], self.values[:, :, :0]
+        self.length = 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.prefix is not None:
+            slots = self.prefix.slots()[indices.to(self.prefix.keys.device)]
+            self.prefix = dataclasses.replace(self.prefix, rows=slots)
+        super().batch_select_indices(indices)
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError(
+            "a shared-prefix KV cache is for rlkit's decode loop only and cannot be cropped"
+        )
+
+    def reset(self) -> None:
+        super().reset()
+        self.prefix, self.unread = None, False
+
+
+def _full_attention_cache(config: object, layer: type[InPlaceLayer], capacity: int):
+    cache = DynamicCache(config=config)
+    if not cache.layers or any(type(each) is not DynamicLayer for each in cache.layers):
+        return None
+    cache.layers = [layer(capacity) for _ in cache.layers]
+    return cache
+
+
 def in_place_cache(config: object, capacity: int) -> DynamicCache | None:
     """A ``DynamicCache`` of :class:`InPlaceLayer` for ``config``'s decoder, or
     ``None`` where its layers are not all full-attention ``DynamicLayer`` (sliding-window,
     linear-attention or other layers keep transformers' own cache)."""
-    cache = DynamicCache(config=config)
-    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
-        return None
-    cache.layers = [InPlaceLayer(capacity) for _ in cache.layers]
-    return cache
+    return _full_attention_cache(config, InPlaceLayer, capacity)
+
+
+def shared_prefix_cache(config: object, capacity: int) -> DynamicCache | None:
+    """A ``DynamicCache`` of :class:`SharedPrefixLayer`, where :func:`in_place_cache`
+    would give one of :class:`InPlaceLayer`; ``None`` elsewhere."""
+    return _full_attention_cache(config, SharedPrefixLayer, capacity)
+
+
+def prefix_reader(cache: DynamicCache) -> PrefixReader:
+    """The callable the attention function reads each layer's shared prompt with."""
+    return lambda layer_idx: cache.layers[layer_idx].read_prefix()
+
+
+def check_prefixes_read(cache: DynamicCache, model: object) -> None:
+    """Raise if a forward over ``cache`` left a layer's shared prompt unread: the model's
+    attention function then attended to the rows' own tokens alone."""
+    if any(getattr(layer, "unread", False) for layer in cache.layers):
+        implementation = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        raise RuntimeError(
+            f"the attention implementation {implementation!r} did not read the KV cache's "
+            f"shared prompt prefix; decode with the in-place cache (shared_prefix=False) or "
+            f"select the grouped_sdpa attention kernel"
+        )

@@ -29,6 +29,7 @@ from tiny_actor import TinyActor, global_batch, global_loss_of_slice
 from torch.distributed.tensor import DTensor, Shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.kernels.attention import grouped_sdpa_attention, set_attention_implementation
 from rlkit.rollout.kv_decode import decode
 from rlkit.trainer.backend import TrainingBackend
 
@@ -93,6 +94,8 @@ def check_kv_decode(backend, actor, reference, tokenizer) -> dict:
     ``stopping``: rank 0's rows all stop at their first token (its stop ids are its own
     greedy first tokens) while rank 1 runs to 6 tokens. ``idle``: rank 0 has no
     prompts at all. Either way rank 0 must keep joining rank 1's all-gathers.
+    ``shared_prefix``: as ``stopping`` with prompts 12 times as long, over the
+    shared-prefix KV cache under the grouped_sdpa kernel.
     """
     rank = backend.process_index
     texts = [["1+2=", "hello world"], ["abc", "7*8=5", "zz"]][rank % 2]
@@ -103,15 +106,33 @@ def check_kv_decode(backend, actor, reference, tokenizer) -> dict:
     stops = sorted({r[0] for r in free.response_ids}) if rank % 2 == 0 else []
     expected = decode(ref, prompts, stop_token_ids=stops, **options)
     idle_prompts = [] if rank % 2 == 0 else prompts
+    # Prompts past SHARED_PREFIX_MIN_TOKENS, decoded over the shared-prefix KV cache.
+    long_prompts = [p * 12 for p in prompts]
+    long_free = decode(ref, long_prompts, stop_token_ids=[], **options)
+    long_stops = sorted({r[0] for r in long_free.response_ids}) if rank % 2 == 0 else []
+    long_expected = decode(ref, long_prompts, stop_token_ids=long_stops, **options)
+    attention = actor.backbone.config._attn_implementation
     with backend.generation_context(actor) as extra:
         synced = bool(extra.get("synced_gpus"))
         stopping = decode(actor.backbone, prompts, stop_token_ids=stops, synced=synced, **options)
         idle = decode(actor.backbone, idle_prompts, stop_token_ids=[], synced=synced, **options)
+        grouped_sdpa_attention(actor.backbone)
+        shared = decode(
+            actor.backbone,
+            long_prompts,
+            stop_token_ids=long_stops,
+            synced=synced,
+            shared_prefix=True,
+            **options,
+        )
+        set_attention_implementation(actor.backbone, attention)
     return {
         "stopping": stopping.response_ids,
         "stopping_expected": expected.response_ids,
         "idle": idle.response_ids,
         "idle_expected": free.response_ids if idle_prompts else [],
+        "shared_prefix": shared.response_ids,
+        "shared_prefix_expected": long_expected.response_ids,
     }
 
 

@@ -237,11 +237,13 @@ def test_rlkit_decode_loop_keeps_ranks_in_step_when_one_finishes_early(runs):
                 facts = result["models"][model]["kv_decode"]
                 assert facts["stopping"] == facts["stopping_expected"]
                 assert facts["idle"] == facts["idle_expected"]
+                assert facts["shared_prefix"] == facts["shared_prefix_expected"]
                 if result["process_index"] == 0:
-                    assert all(len(r) == 1 for r in facts["stopping"])
+                    assert all(len(r) == 1 for r in facts["stopping"] + facts["shared_prefix"])
                     assert facts["idle"] == []
                 else:
                     assert all(len(r) == 6 for r in facts["stopping"] + facts["idle"])
+                    assert all(len(r) == 6 for r in facts["shared_prefix"])
 
 
 def test_frozen_model_is_sharded_without_optimizer_and_matches_plain_log_probs(runs):
