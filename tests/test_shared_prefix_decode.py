@@ -71,6 +71,27 @@ def test_shared_prefix_attention_equals_sdpa_over_each_rows_copied_prompt(
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
+def test_bf16_inputs_err_no_more_than_sdpa_in_bf16():
+    # Scores rounded to bf16 before the softmax would err about twice as much as SDPA,
+    # which keeps them in float32; the kernel upcasts, so both err by the output rounding.
+    torch.manual_seed(0)
+    groups, n, prompt, own, dim = 4, 8, 200, 60, 128
+    bf16 = lambda *shape: torch.randn(*shape).bfloat16()  # noqa: E731
+    prefix = SharedPrefix(bf16(groups, 2, prompt, dim), bf16(groups, 2, prompt, dim), n)
+    query, keys, values = bf16(32, 4, 1, dim) * 2, bf16(32, 2, own, dim), bf16(32, 2, own, dim)
+    exact = reference_shared_prefix_attention(
+        query.float(),
+        SharedPrefix(prefix.keys.float(), prefix.values.float(), n),
+        keys.float(),
+        values.float(),
+        None,
+    )
+    got = shared_prefix_attention(query, prefix, keys, values, None)
+    sdpa = reference_shared_prefix_attention(query, prefix, keys, values, None)
+    assert got.dtype == torch.bfloat16
+    assert (got.float() - exact).abs().max() <= (sdpa.float() - exact).abs().max()
+
+
 def test_more_than_one_query_token_is_refused():
     prefix = SharedPrefix(torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 2, 4), n=1)
     with pytest.raises(ValueError, match="one token per row"):

@@ -106,13 +106,26 @@ def shared_prefix_attention(
     Returns:
         (B, 1, H, D): the attention output in transformers' layout.
     """
-    rows, heads, tokens, dim = query.shape
+    tokens = query.shape[2]
     if tokens != 1:
         raise ValueError(f"shared-prefix attention decodes one token per row, got {tokens}")
-    kv_heads, prompt = prefix.keys.shape[1], prefix.keys.shape[2]
+    with torch.autocast(query.device.type, enabled=False):
+        out = _attend(query[:, :, 0], prefix, keys, values, mask, scale)
+    return out.to(values.dtype)[:, None]
+
+
+def _attend(q, prefix, keys, values, mask, scale) -> torch.Tensor:
+    """(B, H, D) queries -> (B, H, D) outputs, scores and softmax at least in float32.
+
+    bf16 / fp16 inputs are upcast first: SDPA keeps its scores in float32 too, and scores
+    rounded to bf16 before the softmax would err about twice as much as SDPA does."""
+    compute = torch.promote_types(q.dtype, torch.float32)
+    q, keys, values = q.to(compute), keys.to(compute), values.to(compute)
+    prompt_keys, prompt_values = prefix.keys.to(compute), prefix.values.to(compute)
+    rows, heads, dim = q.shape
+    kv_heads, prompt = prompt_keys.shape[1], prompt_keys.shape[2]
     scale = dim**-0.5 if scale is None else scale
-    q = query[:, :, 0]  # (B, H, D)
-    prompt_scores = _per_row(torch.matmul(_per_group(q, prefix, kv_heads), prefix.keys.mT), prefix)
+    prompt_scores = _per_row(torch.matmul(_per_group(q, prefix, kv_heads), prompt_keys.mT), prefix)
     own = q.reshape(rows, kv_heads, heads // kv_heads, dim)
     own_scores = torch.matmul(own, keys.mT).reshape(rows, heads, -1)
     scores = torch.cat([prompt_scores, own_scores], dim=-1).mul_(scale)
@@ -123,10 +136,9 @@ def shared_prefix_attention(
         else:
             scores = scores.add_(mask)
     probs = torch.softmax(scores, dim=-1)
-    prompt_out = torch.matmul(_per_group(probs[..., :prompt], prefix, kv_heads), prefix.values)
+    prompt_out = torch.matmul(_per_group(probs[..., :prompt], prefix, kv_heads), prompt_values)
     own_probs = probs[..., prompt:].reshape(rows, kv_heads, heads // kv_heads, -1)
-    out = _per_row(prompt_out, prefix) + torch.matmul(own_probs, values).reshape(rows, heads, dim)
-    return out[:, None]
+    return _per_row(prompt_out, prefix) + torch.matmul(own_probs, values).reshape(rows, heads, dim)
 
 
 def reference_shared_prefix_attention(
