@@ -62,26 +62,33 @@ def run(model, prompts: list[list[int]], args, new_tokens: int, cache: str):
     if cache == "DynamicCache":
         kv_decode.in_place_cache = lambda config, capacity: None
     try:
-        torch.manual_seed(1)
-        start = time.perf_counter()
-        with torch.no_grad():
-            result = kv_decode.decode(
-                model,
-                prompts,
-                n=args.n,
-                max_new_tokens=new_tokens,
-                pad_token_id=0,
-                stop_token_ids=[],
-                warp=None,
-            )
-        return time.perf_counter() - start, result
+        return timed_decode(model, prompts, args, new_tokens)
     finally:
         kv_decode.in_place_cache = real
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="6x64,206x128")
+def timed_decode(model, prompts: list[list[int]], args, new_tokens: int, **options):
+    """One rollout of the decode loop, seed 1, no stop token, ``options`` passed on;
+    returns (wall seconds, the decode result)."""
+    torch.manual_seed(1)
+    start = time.perf_counter()
+    with torch.no_grad():
+        result = kv_decode.decode(
+            model,
+            prompts,
+            n=args.n,
+            max_new_tokens=new_tokens,
+            pad_token_id=0,
+            stop_token_ids=[],
+            warp=None,
+            **options,
+        )
+    return time.perf_counter() - start, result
+
+
+def add_decode_arguments(parser: argparse.ArgumentParser, shapes: str) -> None:
+    """The decode-loop benchmarks' shared options: rollout shapes, model size, pairs."""
+    parser.add_argument("--shapes", default=shapes)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--hidden-size", type=int, default=512)
@@ -89,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=259)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_decode_arguments(parser, shapes="6x64,206x128")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_host_memory()  # as the trainer does on CPU

@@ -40,7 +40,7 @@ sys.path.insert(0, str(_HERE.parent))
 if str(_HERE) not in sys.path:
     sys.path.append(str(_HERE))
 
-from kv_cache import build_model  # noqa: E402
+from kv_cache import add_decode_arguments, build_model, timed_decode  # noqa: E402
 
 from rlkit.device.host_allocator import keep_freed_host_memory  # noqa: E402
 from rlkit.kernels.attention import grouped_sdpa_attention  # noqa: E402
@@ -48,7 +48,6 @@ from rlkit.kernels.shared_prefix_decode import (  # noqa: E402
     SharedPrefix,
     shared_prefix_attention,
 )
-from rlkit.rollout import kv_decode  # noqa: E402
 
 HEADS, KV_HEADS = 4, 2
 
@@ -91,34 +90,19 @@ def attention_row(args: argparse.Namespace, width: int, own: int) -> str:
     return f"| {width} | {own} | {a:.0f} | {b:.0f} | {b / a:.2f}x | {diff:.1e} |"
 
 
-def run(model, prompts: list[list[int]], args, new_tokens: int, shared: bool):
-    """One rollout; returns (wall seconds, the decode result)."""
-    torch.manual_seed(1)
-    start = time.perf_counter()
-    result = kv_decode.decode(
-        model,
-        prompts,
-        n=args.n,
-        max_new_tokens=new_tokens,
-        pad_token_id=0,
-        stop_token_ids=[],
-        warp=None,
-        shared_prefix=shared,
-    )
-    return time.perf_counter() - start, result
-
-
 def decode_row(model, args: argparse.Namespace, prompt_len: int, new_tokens: int) -> str:
     """One table row: the decode loop with the in-place cache vs the shared prefix."""
     gen = torch.Generator().manual_seed(prompt_len)
     prompts = torch.randint(1, args.vocab, (args.prompts, prompt_len), generator=gen).tolist()
-    run(model, prompts, args, min(new_tokens, 4), True)  # warm-up, not timed
+    timed_decode(model, prompts, args, min(new_tokens, 4), shared_prefix=True)  # warm-up, not timed
     seconds: dict[bool, list[float]] = {False: [], True: []}
     same, diff = True, 0.0
     for pair in range(args.pairs):
         results = {}
         for shared in (False, True) if pair % 2 == 0 else (True, False):
-            wall, results[shared] = run(model, prompts, args, new_tokens, shared)
+            wall, results[shared] = timed_decode(
+                model, prompts, args, new_tokens, shared_prefix=shared
+            )
             seconds[shared].append(wall)
         a, b = results[False], results[True]
         same &= a.response_ids == b.response_ids
@@ -137,15 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", default="16,32,64,128,206")
     parser.add_argument("--own", default="1,64")
-    parser.add_argument("--shapes", default="6x64,32x64,206x128")
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--n", type=int, default=8)
-    parser.add_argument("--hidden-size", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=259)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1)
+    add_decode_arguments(parser, shapes="6x64,32x64,206x128")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_host_memory()  # as the trainer does on CPU
