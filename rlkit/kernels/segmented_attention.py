@@ -94,7 +94,6 @@ class AttentionSegments:
         mask = torch.zeros(rows, 1, width_q, width_k, dtype=torch.bool, device=device)
         for row, (seg, a, b, keys) in enumerate(pieces):
             start, own = self.bounds[seg][0], self.masks[seg][0, 0]
-            keys = torch.as_tensor(keys, dtype=torch.long, device=device)
             queries[row, : b - a] = torch.arange(start + a, start + b, device=device)
             keys_at[row, : len(keys)] = keys + start
             valid[row, : b - a] = True
@@ -102,7 +101,7 @@ class AttentionSegments:
             mask[row, 0, b - a :, 0] = True
         return queries, keys_at, valid, mask
 
-    def _cheapest_pieces(self) -> list[tuple[int, int, int, list[int]]]:
+    def _cheapest_pieces(self) -> list[tuple[int, int, int, torch.Tensor]]:
         """(segment, first query, end query, the keys' positions in the segment) per row,
         in packed order: whole segments, or (with ``query_runs``) query runs cut to at most
         Q queries where that costs less (:func:`_layout_cost`)."""
@@ -117,8 +116,11 @@ class AttentionSegments:
             if cost < best_cost:
                 best, best_cost = cut, cost
         if best is None:
-            return [(i, 0, n, list(range(n))) for i, _, n, _ in whole]
-        return [(i, a, b, masks[i][b - 1].nonzero().flatten().tolist()) for i, a, b in best]
+            return [
+                (i, 0, n, torch.arange(n, device=m.device))
+                for (i, _, n, _), m in zip(whole, self.masks)
+            ]
+        return [(i, a, b, masks[i][b - 1].nonzero().flatten()) for i, a, b in best]
 
     @classmethod
     def from_masks(
