@@ -43,5 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     return int(func(rest) or 0)
 
 
+def console_main() -> None:
+    """The ``rlkit`` console script: :func:`main`, then
+    :func:`~rlkit.distributed.process_exit.exit_process` (no interpreter teardown when
+    launched as one of several processes)."""
+    from rlkit.distributed.process_exit import exit_process
+
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -125,7 +125,9 @@ def _close_launched_process_group() -> None:
     the process group the launcher created. Left to interpreter exit, gloo's threads may be
     torn down while another process still talks to them, and a finished run aborts
     (``terminate called without an active exception``). Only on success: after an error
-    the other processes may never reach the barrier."""
+    the other processes may never reach the barrier. The group's threads still outlive it;
+    ``python -m rlkit.train`` therefore ends through
+    :func:`rlkit.distributed.process_exit.exit_process`."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -183,4 +185,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from rlkit.distributed.process_exit import exit_process
+
+    exit_process(main())

@@ -29,6 +29,7 @@ from tiny_actor import TinyActor, global_batch, global_loss_of_slice
 from torch.distributed.tensor import DTensor, Shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.distributed.process_exit import exit_process
 from rlkit.kernels.attention import grouped_sdpa_attention, set_attention_implementation
 from rlkit.rollout.kv_decode import decode
 from rlkit.trainer.backend import TrainingBackend
@@ -303,3 +304,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # launched: no interpreter teardown racing gloo's threads

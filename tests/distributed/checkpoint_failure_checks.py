@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from tiny_actor import TinyActor
 
+from rlkit.distributed.process_exit import exit_process
 from rlkit.trainer.backend import TrainingBackend
 from rlkit.trainer.checkpoint import CheckpointManager
 
@@ -69,3 +70,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # launched: no interpreter teardown racing gloo's threads
