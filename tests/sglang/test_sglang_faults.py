@@ -31,9 +31,31 @@ def alive(pid: int) -> bool:
         return False
 
 
-def test_killing_a_server_mid_rollout_loses_no_prompt(engine, hf_models):
+def wait_until(condition, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout_s} s waiting until {what}"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def engine_serving_again(engine):
+    """The shared engine; after the test every server it killed serves again, also when the
+    test failed midway (a dead server left behind would cost the next tests retries)."""
+    yield engine
+    for e in engine.pool.endpoints:
+        if e.server.alive:
+            os.killpg(e.server.process.pid, signal.SIGCONT)  # one left frozen mid-test
+        elif not e.restarting:
+            engine.pool.report_failure(e, "killed by a fault test")
+    engine.pool.wait_restarts(timeout_s=300)
+    engine.pool.mark_synced(engine.pool.endpoints)
+
+
+def test_killing_a_server_mid_rollout_loses_no_prompt(engine_serving_again, hf_models):
+    engine = engine_serving_again
     engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=30))
-    victim = engine.pool.endpoints[1]
+    other, victim = engine.pool.endpoints
     tree = [victim.server.process.pid] + [
         c.pid for c in psutil.Process(victim.server.process.pid).children(recursive=True)
     ]
@@ -42,10 +64,16 @@ def test_killing_a_server_mid_rollout_loses_no_prompt(engine, hf_models):
     result: dict = {}
     worker = threading.Thread(target=lambda: result.update(batch=engine.generate(prompts, params)))
     served_before = victim.served
+    # The kill must find requests in flight on the victim, whatever the two servers' speeds:
+    # the victim alone serves until it has answered some requests, then it is frozen
+    # (SIGSTOP: what it holds stays in flight) until the rollout's next requests reach it.
+    other.stale = True  # out of rotation (as after a restart with old weights)
     worker.start()
-    deadline = time.monotonic() + 60
-    while victim.served < served_before + 2 and time.monotonic() < deadline:
-        time.sleep(0.005)
+    wait_until(lambda: victim.served >= served_before + 2, 120, "the victim answered twice")
+    os.killpg(tree[0], signal.SIGSTOP)
+    # 48 requests, at most 16 in flight: after the first answers the rest go to the victim.
+    wait_until(lambda: victim.inflight > 0, 60, "a request is in flight on the frozen victim")
+    engine.pool.mark_synced([other])
     os.killpg(tree[0], signal.SIGKILL)  # the whole server: HTTP process, scheduler, detokenizer
     worker.join(timeout=300)
     batch = result["batch"]
