@@ -310,7 +310,7 @@ print(3)
     start = time.monotonic()
     result = code_unit_tests(code, ONE_CASE, max_processes=4, **FAST)
     assert result["score"] == 0.0 and failures(result) == {"code/processes": 1.0}
-    assert time.monotonic() - start < 5.0  # unstopped, the children would sleep 60 s
+    assert time.monotonic() - start < 1.5  # stopped by the process limit, before the case's 1.5 s
     assert_session_gone(report_dir)
 
 

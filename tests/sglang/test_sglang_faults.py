@@ -91,14 +91,16 @@ def test_killing_a_server_mid_rollout_loses_no_prompt(engine_serving_again, hf_m
 
     # Its restart is killed too, while the new server starts: the pool tries again
     # (restarts remain), and the server is restarted from the newest snapshot and serves.
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (
-        victim.restarting
-        and victim.server.process is not None
-        and victim.server.process.pid != tree[0]
-        and alive(victim.server.process.pid)
-    ):
-        time.sleep(0.01)
+    wait_until(
+        lambda: (
+            victim.restarting
+            and victim.server.process is not None
+            and victim.server.process.pid != tree[0]
+            and alive(victim.server.process.pid)
+        ),
+        120,
+        "the restarted server's process is running",
+    )
     os.killpg(victim.server.process.pid, signal.SIGKILL)
     engine.pool.wait_restarts(timeout_s=300)
     assert victim.usable and victim.restarts == 2
