@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # One GPU check: benchmarks/gpu_check.py's six sections, one Markdown table.
 #
-# Needs only a CUDA PyTorch, transformers, accelerate and peft plus rlkit itself
-# (pip install -e . --no-deps, or the checkout on PYTHONPATH). No network: every model is
-# a random Qwen2 built in process; the --tiny run trains a byte tokenizer locally with
-# `tokenizers` (a transformers dependency). Nothing else is installed or downloaded.
+# Needs a CUDA PyTorch, transformers, accelerate and peft, rlkit itself (the checkout is
+# put on PYTHONPATH) and rlkit's one pure-Python dependency outside those, gin-config
+# (0.5.0, one 61 kB wheel). Where gin is not importable, the script installs it into a
+# temporary folder from a wheel in $WHEELS (default .whl/), fetched beforehand on any
+# machine with pip:
+#   pip download --no-deps --only-binary=:all: gin-config==0.5.0 -d .whl
+# No network: every model is a random Qwen2 built in process; the --tiny run trains a
+# byte tokenizer locally with `tokenizers` (a transformers dependency).
 #
 #   bash benchmarks/gpu_check.sh                    # one H100/H200, within 8 minutes
 #   bash benchmarks/gpu_check.sh --tiny --device cpu   # the smoke-test size (any machine)
@@ -15,9 +19,10 @@
 # still printed) at BUDGET_S + 60 s, and killed 20 s after that.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# PYTHON, else the checkout's .venv, else python on PATH.
+# PYTHON, else the checkout's .venv, else python3 (or python) on PATH.
 if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
 elif [ -x .venv/bin/python ]; then PY=.venv/bin/python
+elif command -v python3 >/dev/null; then PY=python3
 else PY=python
 fi
 tiny=0
@@ -33,6 +38,24 @@ done
   echo "gpu_check.sh: needs torch, transformers and accelerate importable by $PY" >&2
   exit 2
 }
+if ! "$PY" -c "import gin" 2>/dev/null; then
+  wheels=${WHEELS:-.whl}
+  wheel=$(ls "$wheels"/gin_config-*.whl 2>/dev/null | head -n 1)
+  if [ -z "$wheel" ]; then
+    echo "gpu_check.sh: rlkit needs gin-config, which $PY cannot import and $wheels/ holds" \
+      "no wheel of. Fetch it where pip works:" \
+      "pip download --no-deps --only-binary=:all: gin-config==0.5.0 -d $wheels" >&2
+    exit 2
+  fi
+  site=$(mktemp -d)
+  trap 'rm -rf "$site"' EXIT
+  "$PY" -m pip install -q --no-index --no-deps --target "$site" "$wheel" || {
+    echo "gpu_check.sh: could not install $wheel" >&2
+    exit 2
+  }
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  echo "gpu_check.sh: gin-config from $wheel" >&2
+fi
 if [ "$tiny" = 0 ] || [ "$device" = "cuda" ]; then
   if [ "$device" != "cpu" ]; then
     "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" || {

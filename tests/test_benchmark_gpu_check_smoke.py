@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
+from tests.benchmark_scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = (
     "update step",
@@ -72,3 +76,58 @@ def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
     copy = (tmp_path / "out" / "gpu_check.md").read_text()
     assert table_rows(copy) == rows
     assert len(list((tmp_path / "runs").glob("gpu_check_*.md"))) == 1
+
+
+def test_without_gin_or_its_wheel_the_wrapper_stops_naming_the_wheel_to_fetch(tmp_path):
+    # A package named gin that fails to import stands for a machine without gin-config.
+    (tmp_path / "hidden" / "gin").mkdir(parents=True)
+    (tmp_path / "hidden" / "gin" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'gin'\")\n"
+    )
+    (tmp_path / "wheels").mkdir()
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(tmp_path / "hidden"))
+    env.update(WHEELS=str(tmp_path / "wheels"), RUNS_DIR=str(tmp_path / "runs"))
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--tiny", "--device", "cpu"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "rlkit needs gin-config" in proc.stderr
+    assert f"gin-config==0.5.0 -d {tmp_path / 'wheels'}" in proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "runs").exists()  # stopped before any work
+
+
+def test_a_section_whose_cleanup_fails_becomes_an_error_row_and_the_run_goes_on(tmp_path):
+    # After a CUDA error, freeing memory between sections raises too; that must not lose
+    # the table the earlier sections filled.
+    gpu_check = load_benchmark("gpu_check.py")
+
+    class BrokenDevice(gpu_check.Context):
+        def free(self) -> None:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    ctx = BrokenDevice(
+        device=torch.device("cpu"),
+        autocast_dtype=None,
+        sizes=gpu_check.TINY,
+        table=gpu_check.Table(),
+        budget_s=60.0,
+        start=0.0,
+        workdir=tmp_path,
+        platform=None,
+    )
+    ctx.table.add("update step", "tiny", "tokens/s", "1,000")
+    with gpu_check.timed_section(ctx, "rollout"):
+        ctx.table.add("rollout", "tiny", "tokens/s", "500")
+    rows = [row[:4] for row in ctx.table.rows]
+    assert rows[:3] == [
+        ("update step", "tiny", "tokens/s", "1,000"),
+        ("rollout", "tiny", "tokens/s", "500"),
+        ("rollout", "-", "error", "ERROR"),
+    ]
+    assert "freeing memory: RuntimeError: CUDA error" in ctx.table.rows[2][4]
+    assert rows[3][:3] == ("rollout", "total", "section wall s")
