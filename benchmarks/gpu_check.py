@@ -41,6 +41,8 @@ the smoke test runs it. MFU is ``n/a`` where the chip's peak FLOP/s is unknown (
 
 ``--budget-s``: sections that would start after this many seconds are skipped (their
 rows say so); SIGTERM (the wrapper's hard timeout) also ends the run with the table.
+``--log PATH``: every progress line and row is also appended there as it comes, so a run
+killed outright (no table printed) still leaves its rows.
 """
 
 from __future__ import annotations
@@ -201,12 +203,20 @@ class Table:
     """The one output table: rows of (section, setting, metric, value, note)."""
 
     rows: list[tuple[str, str, str, str, str]] = field(default_factory=list)
+    log_path: Path | None = None  # --log: progress lines also go there, as they come
 
     def add(self, section: str, setting: str, metric: str, value: str, note: str = "") -> None:
-        """Append a row and echo it to stderr, so a killed run still shows its progress."""
+        """Append a row and echo it, so a killed run still shows its progress."""
         row = (section, setting, metric, value, note.replace("|", "/").replace("\n", " "))
         self.rows.append(row)
-        print("  " + " | ".join(row), file=sys.stderr, flush=True)
+        self.progress("  " + " | ".join(row))
+
+    def progress(self, line: str) -> None:
+        """One progress line to stderr and, if set, appended to the log file."""
+        print(line, file=sys.stderr, flush=True)
+        if self.log_path is not None:
+            with self.log_path.open("a") as log:
+                log.write(line + "\n")
 
     def markdown(self) -> str:
         """The table as Markdown."""
@@ -406,7 +416,7 @@ def fmt(x: float, digits: int = 3) -> str:
 def timed_section(ctx: Context, name: str) -> Iterator[None]:
     """Run one section: its error becomes a row, its wall time a row; memory freed after."""
     start = time.perf_counter()
-    print(f"[{ctx.elapsed():6.1f}s] {name} ...", file=sys.stderr, flush=True)
+    ctx.table.progress(f"[{ctx.elapsed():6.1f}s] {name} ...")
     try:
         yield
     except Interrupted:
@@ -848,6 +858,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tiny", action="store_true", help="tiny sizes (CPU smoke test)")
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda if any")
     p.add_argument("--budget-s", type=float, default=420.0, help="skip sections after this")
+    p.add_argument("--log", type=Path, default=None, help="also append progress lines here")
     p.add_argument(
         "--precision", choices=("bf16", "fp32"), default="bf16", help="autocast dtype (bf16)"
     )
@@ -884,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         torch.cuda.set_device(device)
         torch.backends.cuda.matmul.allow_tf32 = True
-    table = Table()
+    table = Table(log_path=args.log)
 
     def on_term(signum: int, frame: Any) -> None:
         raise Interrupted(f"signal {signum}")
@@ -903,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
                 platform=platform,
             )
             header = _header(ctx, args)
-            print(header, file=sys.stderr, flush=True)
+            table.progress(header)
             pending = [name for name in SECTIONS if name in chosen]
             try:
                 while pending:

@@ -15,7 +15,9 @@
 #   BUDGET_S=300 bash benchmarks/gpu_check.sh       # skip sections that would start later
 #
 # Arguments go to gpu_check.py. The table is also written to runs/gpu_check_<time>.md
-# (RUNS_DIR overrides runs/) and, if $OUT is set, to $OUT/gpu_check.md. The run is stopped with SIGTERM (the table
+# and its progress log (every row as it is added) to runs/gpu_check_<time>.log
+# (RUNS_DIR overrides runs/); if $OUT is set, both are copied there as gpu_check.md and
+# gpu_check.log. The run is stopped with SIGTERM (the table
 # still printed) at BUDGET_S + 60 s, and killed 20 s after that.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,12 +70,16 @@ fi
 budget=${BUDGET_S:-420}
 runs=${RUNS_DIR:-runs}
 mkdir -p "$runs"
-table="$runs/gpu_check_$(date +%Y%m%d_%H%M%S).md"
+stamp=$(date +%Y%m%d_%H%M%S)
+table="$runs/gpu_check_$stamp.md"
+log="$runs/gpu_check_$stamp.log"  # progress and every row as added: kept even if killed
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-timeout -k 20 $((budget + 60)) "$PY" benchmarks/gpu_check.py --budget-s "$budget" "$@" | tee "$table"
+timeout -k 20 $((budget + 60)) "$PY" benchmarks/gpu_check.py --budget-s "$budget" \
+  --log "$log" "$@" | tee "$table"
 status=${PIPESTATUS[0]}
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT" && cp "$table" "$OUT/gpu_check.md"
+  [ -f "$log" ] && cp "$log" "$OUT/gpu_check.log"
 fi
 echo "gpu_check.sh: table in $table (exit $status)" >&2
 exit "$status"

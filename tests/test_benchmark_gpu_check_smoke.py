@@ -76,6 +76,14 @@ def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
     copy = (tmp_path / "out" / "gpu_check.md").read_text()
     assert table_rows(copy) == rows
     assert len(list((tmp_path / "runs").glob("gpu_check_*.md"))) == 1
+    # The progress log holds every row too (echoed as added), so a killed run keeps them.
+    log = (tmp_path / "out" / "gpu_check.log").read_text()
+    assert [r[0] for r in rows] == [
+        line.strip().split(" | ")[0]
+        for line in log.splitlines()
+        if line.startswith("  ") and " | " in line
+    ]
+    assert len(list((tmp_path / "runs").glob("gpu_check_*.log"))) == 1
 
 
 def test_without_gin_or_its_wheel_the_wrapper_stops_naming_the_wheel_to_fetch(tmp_path):
