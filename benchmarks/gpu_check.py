@@ -422,15 +422,19 @@ def timed_section(ctx: Context, name: str) -> Iterator[None]:
     except Interrupted:
         raise
     except Exception as error:  # noqa: BLE001 - a failed section is reported, the run goes on
-        message = f"{type(error).__name__}: {error}".strip()
-        ctx.table.add(name, "-", "error", "ERROR", message[:300])
+        _error_row(ctx, name, error)
     finally:
         try:
             ctx.free()
         except Exception as error:  # noqa: BLE001 - e.g. a CUDA error left by the section
-            message = f"{type(error).__name__}: {error}".strip()
-            ctx.table.add(name, "-", "error", "ERROR", f"freeing memory: {message[:280]}")
+            _error_row(ctx, name, error, "freeing memory: ")
     ctx.table.add(name, "total", "section wall s", f"{time.perf_counter() - start:.1f}")
+
+
+def _error_row(ctx: Context, name: str, error: Exception, during: str = "") -> None:
+    """Section ``name``'s error row: ``during``, then the exception's type and message."""
+    note = during + f"{type(error).__name__}: {error}".strip()
+    ctx.table.add(name, "-", "error", "ERROR", note[:300])
 
 
 # --------------------------------------------------------------------------- sections
