@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rlkit.kernels.attention_math import attend
 from rlkit.kernels.registry import register_kernel
 from rlkit.kernels.segmented_attention import SEGMENTS_KWARG
 from rlkit.kernels.shared_prefix_decode import SHARED_PREFIX_KWARG, shared_prefix_attention
@@ -86,9 +87,9 @@ def grouped_sdpa_forward(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """A transformers attention function: SDPA over ``key``/``value`` with their own
-    (fewer) heads. query (B, H, q, D), key and value (B, H_kv, k, D), ``attention_mask``
-    as transformers' ``sdpa_mask`` builds it (boolean (B, 1, q, k) or None); returns
-    (B, q, H, D). Everything else is transformers' ``sdpa`` (``sdpa_attention_forward``),
+    (fewer) heads. query (B, H, q, D), key (B, H_kv, k, D) and value (B, H_kv, k, D_v),
+    ``attention_mask`` as transformers' ``sdpa_mask`` builds it (boolean (B, 1, q, k) or
+    None); returns (B, q, H, D_v). Everything else is transformers' ``sdpa`` (``sdpa_attention_forward``),
     which it calls for the inputs it does not handle (a position bias, a paged cache).
 
     A packed row's :class:`~rlkit.kernels.segmented_attention.AttentionSegments`, passed
@@ -99,14 +100,30 @@ def grouped_sdpa_forward(
     :data:`~rlkit.kernels.shared_prefix_decode.PrefixReader` as ``rlkit_shared_prefix``:
     ``key``/``value`` are then the rows' own tokens, and the group's prompt is read from
     the cache once per group (:func:`shared_prefix_attention`).
+
+    The layer's ``softcap`` (Gemma2's attention soft-capping), which transformers' ``sdpa``
+    ignores, is applied on every path (:func:`~rlkit.kernels.attention_math.attend`). Its
+    ``sliding_window`` narrows the segments' masks; on the other paths transformers has
+    already built it into ``attention_mask``.
     """
+    softcap = kwargs.get("softcap")
     segments = kwargs.get(SEGMENTS_KWARG)
     if segments is not None:
-        return segments.attend(query, key, value, dropout=dropout, scale=scaling), None
+        out = segments.attend(
+            query,
+            key,
+            value,
+            dropout=dropout,
+            scale=scaling,
+            window=kwargs.get("sliding_window"),
+            softcap=softcap,
+        )
+        return out, None
     read_prefix = kwargs.get(SHARED_PREFIX_KWARG)
     if read_prefix is not None:
         prefix = read_prefix(module.layer_idx)
-        return shared_prefix_attention(query, prefix, key, value, attention_mask, scaling), None
+        out = shared_prefix_attention(query, prefix, key, value, attention_mask, scaling, softcap)
+        return out, None
     if kwargs.get("position_bias") is not None or kwargs.get("cache") is not None:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -117,15 +134,15 @@ def grouped_sdpa_forward(
     # As transformers' sdpa: the causal flag only for a maskless multi-token query (a
     # single decoded token attends to the whole cache).
     causal = query.shape[2] > 1 and attention_mask is None and causal
-    out = torch.nn.functional.scaled_dot_product_attention(
+    out = attend(
         query,
         key,
         value,
-        attn_mask=attention_mask,
-        dropout_p=dropout,
+        attention_mask,
         scale=scaling,
+        dropout=dropout,
+        softcap=softcap,
         is_causal=causal,
-        enable_gqa=key.shape[1] != query.shape[1],
     )
     return out.transpose(1, 2).contiguous(), None
 

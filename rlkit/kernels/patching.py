@@ -33,6 +33,7 @@ from torch import nn
 import rlkit.device
 from rlkit.device import Platform
 from rlkit.kernels.selection import KernelChoice, choose
+from rlkit.models.attention_features import keep_exact_attention
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ def _install_attention(model: nn.Module, choice: KernelChoice) -> int:
     if not hasattr(model, "config"):
         return 0
     choice.fn(model)
+    keep_exact_attention(model)  # sdpa drops Gemma2's attention soft-capping
     return 1
 
 
@@ -171,5 +173,7 @@ def apply_kernels(
             )
         logger.info("%s -> %s (%s); %d target(s)", op, choice.name, choice.reason, patched)
         chosen[op] = choice.name
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "eager":
+        chosen["attention"] = "eager"  # sdpa replaced where it would drop soft-capping
     chosen["logprobs"] = choose("logprobs", platform).name
     return chosen

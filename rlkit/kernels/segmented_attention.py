@@ -34,6 +34,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from rlkit.kernels.attention_math import attend
+
 #: The keyword a decoder's forward takes the segments under (passed on to attention).
 SEGMENTS_KWARG = "rlkit_attention_segments"
 
@@ -45,13 +47,20 @@ GATHER_COST = 12
 
 class AttentionSegments:
     """Segments ``[start, end)`` of a packed row and, per segment, a boolean
-    ``(1, 1, l, l)`` mask (``True``: the query at row ``i`` may see the key at ``j``)."""
+    ``(1, 1, l, l)`` mask (``True``: the query at row ``i`` may see the key at ``j``).
+
+    ``positions`` (N,) are the tokens' positions in the sequences they come from (the
+    position ids the decoder is given; default: the index within the segment). A layer
+    with a sliding window of ``w`` tokens attends under each mask narrowed to the keys
+    fewer than ``w`` positions before the query (:meth:`windowed`), as transformers'
+    sliding-window masks do for an unpacked row."""
 
     def __init__(
         self,
         bounds: Sequence[tuple[int, int]],
         masks: Sequence[torch.Tensor],
         query_runs: bool = True,
+        positions: torch.Tensor | None = None,
     ) -> None:
         problems = [
             f"segment {i} [{s}, {e}) has a mask of shape {tuple(m.shape)}"
@@ -71,6 +80,14 @@ class AttentionSegments:
             )
         self.calls = 0
         """How many attention layers have read these segments."""
+        if positions is None:
+            device = self.masks[0].device if self.masks else None
+            positions = torch.cat(
+                [torch.arange(e - s, device=device) for s, e in self.bounds]
+                or [torch.zeros(0, dtype=torch.long, device=device)]
+            )
+        self.positions = positions
+        self._windowed: dict[int, AttentionSegments] = {}
         self.query_runs = query_runs
         """Whether rows may be query runs (else one row per segment, the plain layout)."""
         self._queries, self._keys, self._valid, self._batch_mask = self._batch_layout()
@@ -124,21 +141,42 @@ class AttentionSegments:
 
     @classmethod
     def from_masks(
-        cls, masks: Sequence[torch.Tensor], query_runs: bool = True
+        cls,
+        masks: Sequence[torch.Tensor],
+        query_runs: bool = True,
+        positions: torch.Tensor | None = None,
     ) -> AttentionSegments:
         """Segments one after another from token 0, each as long as its (1, 1, l, l) mask."""
         bounds, start = [], 0
         for mask in masks:
             bounds.append((start, start + mask.shape[-1]))
             start += mask.shape[-1]
-        return cls(bounds, masks, query_runs)
+        return cls(bounds, masks, query_runs, positions)
+
+    def windowed(self, window: int) -> AttentionSegments:
+        """These segments for a layer with a sliding window of ``window`` tokens: each mask
+        keeps the keys at positions ``p_q - window < p_k`` (the query included); ``self``
+        where no mask lets a query see that far back. Built once per window."""
+        if window not in self._windowed:
+            narrowed, changed = [], False
+            for (start, end), mask in zip(self.bounds, self.masks):
+                pos = self.positions[start:end]
+                near = (pos[:, None] - pos[None, :]) < window
+                changed = changed or bool((mask[0, 0] & ~near).any())
+                narrowed.append(mask & near)
+            self._windowed[window] = (
+                AttentionSegments(self.bounds, narrowed, self.query_runs, self.positions)
+                if changed
+                else self
+            )
+        return self._windowed[window]
 
     @classmethod
     def causal(
         cls, lengths: Sequence[int], device: torch.device | None = None
     ) -> AttentionSegments:
         """Rows of ``lengths`` tokens one after another, each causal within itself (rows of
-        0 tokens take no segment)."""
+        0 tokens take no segment; positions restart at 0 in each)."""
         return cls.from_masks(
             [
                 torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
@@ -201,31 +239,36 @@ class AttentionSegments:
         *,
         dropout: float = 0.0,
         scale: float | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        """SDPA in every segment. query (1, H, N, D), key and value (1, H_kv, N, D) with
-        ``H`` a multiple of ``H_kv``; returns (1, N, H, D), as transformers' attention
-        functions do."""
+        """SDPA in every segment. query (1, H, N, D), key (1, H_kv, N, D) and value
+        (1, H_kv, N, D_v) with ``H`` a multiple of ``H_kv``; returns (1, N, H, D_v), as
+        transformers' attention functions do. ``window``: the layer's sliding window
+        (:meth:`windowed`); ``softcap``: its score cap
+        (:func:`~rlkit.kernels.attention_math.attend`)."""
         if query.shape[0] != 1 or query.shape[2] != self.length or key.shape[2] != self.length:
             raise ValueError(
                 f"attention segments cover one packed row of {self.length} tokens; got query "
                 f"{tuple(query.shape)} and key {tuple(key.shape)} (batch, heads, tokens, dim)"
             )
         self.calls += 1
+        layout = self if window is None else self.windowed(window)
 
         def batched(x: torch.Tensor, at: torch.Tensor) -> torch.Tensor:  # -> (R, h, W, D)
             return x[0][:, at].transpose(0, 1)
 
-        out = torch.nn.functional.scaled_dot_product_attention(
-            batched(query, self._queries),
-            batched(key, self._keys),
-            batched(value, self._keys),
-            attn_mask=self._batch_mask,
-            dropout_p=dropout,
+        out = attend(
+            batched(query, layout._queries),
+            batched(key, layout._keys),
+            batched(value, layout._keys),
+            layout._batch_mask,
+            dropout=dropout,
             scale=scale,
-            enable_gqa=key.shape[1] != query.shape[1],
-        )  # (R, H, Wq, D)
+            softcap=softcap,
+        )  # (R, H, Wq, D_v)
         # The real entries, row by row, are the packed row's tokens in order.
-        return out.transpose(1, 2)[self._valid][None]
+        return out.transpose(1, 2)[layout._valid][None]
 
 
 def _query_runs(mask: torch.Tensor) -> list[tuple[int, int]]:

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlkit.kernels.attention_math import attend
+
 #: Keyword under which the decode loop passes a :data:`PrefixReader` through the model's
 #: forward to its attention function (transformers forwards extra keywords to it).
 SHARED_PREFIX_KWARG = "rlkit_shared_prefix"
@@ -90,6 +92,7 @@ def shared_prefix_attention(
     values: torch.Tensor,
     mask: torch.Tensor | None,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """One decode step's attention over each row's shared prompt and its own tokens.
 
@@ -102,20 +105,22 @@ def shared_prefix_attention(
             shape, over the prompt's ``P`` positions then the row's ``t``; ``None``
             attends everywhere.
         scale: score scale; ``None`` is ``D ** -0.5``.
+        softcap: the score cap ``c`` of ``c * tanh(scores / c)`` (Gemma2), or None.
 
     Returns:
-        (B, 1, H, D): the attention output in transformers' layout.
+        (B, 1, H, D_v): the attention output in transformers' layout (``D_v``: the
+        values' head size, which multi-head latent attention makes differ from ``D``).
     """
     tokens = query.shape[2]
     if tokens != 1:
         raise ValueError(f"shared-prefix attention decodes one token per row, got {tokens}")
     with torch.autocast(query.device.type, enabled=False):
-        out = _attend(query[:, :, 0], prefix, keys, values, mask, scale)
+        out = _attend(query[:, :, 0], prefix, keys, values, mask, scale, softcap)
     return out.to(values.dtype)[:, None]
 
 
-def _attend(q, prefix, keys, values, mask, scale) -> torch.Tensor:
-    """(B, H, D) queries -> (B, H, D) outputs, scores and softmax at least in float32.
+def _attend(q, prefix, keys, values, mask, scale, softcap=None) -> torch.Tensor:
+    """(B, H, D) queries -> (B, H, D_v) outputs, scores and softmax at least in float32.
 
     bf16 / fp16 inputs are upcast first: SDPA keeps its scores in float32 too, and scores
     rounded to bf16 before the softmax would err about twice as much as SDPA does."""
@@ -129,6 +134,8 @@ def _attend(q, prefix, keys, values, mask, scale) -> torch.Tensor:
     own = q.reshape(rows, kv_heads, heads // kv_heads, dim)
     own_scores = torch.matmul(own, keys.mT).reshape(rows, heads, -1)
     scores = torch.cat([prompt_scores, own_scores], dim=-1).mul_(scale)
+    if softcap is not None:
+        scores = scores.div_(softcap).tanh_().mul_(softcap)
     if mask is not None:
         mask = mask.reshape(rows, 1, -1)
         if mask.dtype == torch.bool:
@@ -138,7 +145,8 @@ def _attend(q, prefix, keys, values, mask, scale) -> torch.Tensor:
     probs = torch.softmax(scores, dim=-1)
     prompt_out = torch.matmul(_per_group(probs[..., :prompt], prefix, kv_heads), prompt_values)
     own_probs = probs[..., prompt:].reshape(rows, kv_heads, heads // kv_heads, -1)
-    return _per_row(prompt_out, prefix) + torch.matmul(own_probs, values).reshape(rows, heads, dim)
+    own_out = torch.matmul(own_probs, values).reshape(rows, heads, values.shape[-1])
+    return _per_row(prompt_out, prefix) + own_out
 
 
 def reference_shared_prefix_attention(
@@ -148,13 +156,12 @@ def reference_shared_prefix_attention(
     values: torch.Tensor,
     mask: torch.Tensor | None,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """:func:`shared_prefix_attention` computed plainly: each row's prompt keys and values
-    copied beside its own, one SDPA call. Same arguments and result."""
+    copied beside its own, one attention call. Same arguments and result."""
     group = prefix.slots() // prefix.n
     full_keys = torch.cat([prefix.keys[group], keys], dim=2)
     full_values = torch.cat([prefix.values[group], values], dim=2)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query, full_keys, full_values, attn_mask=mask, scale=scale, enable_gqa=True
-    )
+    out = attend(query, full_keys, full_values, mask, scale=scale, softcap=softcap)
     return out.transpose(1, 2)

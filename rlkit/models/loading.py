@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
 
+from rlkit.models.attention_features import check_supported, keep_exact_attention
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -24,6 +26,18 @@ def check_model_dir(path: str) -> Path:
     return p
 
 
+def check_model_family(path: str, setting: str = "ModelConfig.path") -> None:
+    """Refuse, before loading, a model whose forward rlkit cannot reproduce exactly
+    (:func:`rlkit.models.attention_features.check_supported`); a GGUF-only directory is
+    checked when it loads.
+
+    Raises:
+        UnsupportedModelError: the message names the feature.
+    """
+    if (Path(path) / "config.json").is_file():
+        check_supported(AutoConfig.from_pretrained(path), setting)
+
+
 def load_causal_lm(
     path: str,
     *,
@@ -36,6 +50,8 @@ def load_causal_lm(
     if dtype not in DTYPES:
         raise ValueError(f"ModelConfig.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    check_supported(model.config)
+    keep_exact_attention(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -47,7 +63,10 @@ def load_critic_backbone(
     """The critic's trunk: the base model without the language-model head."""
     check_model_dir(path)
     config = AutoConfig.from_pretrained(path, gguf_file=gguf_file)
-    return AutoModel.from_pretrained(path, config=config, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    check_supported(config, "ModelConfig.critic_path")
+    model = AutoModel.from_pretrained(path, config=config, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    keep_exact_attention(model)
+    return model
 
 
 def add_lora(
@@ -98,5 +117,6 @@ def load_reward_model(path: str, *, dtype: str = "float32") -> PreTrainedModel:
 
     check_reward_model_dir(path)
     model = AutoModelForSequenceClassification.from_pretrained(path, dtype=DTYPES[dtype])
+    keep_exact_attention(model)
     model.requires_grad_(False)
     return model.eval()

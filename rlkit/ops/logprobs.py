@@ -94,6 +94,7 @@ def token_logprobs_and_entropy(
     compute_entropy: bool = True,
     lm_head_bias: torch.Tensor | None = None,
     kernel: str | None = None,
+    logit_softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token ``log p(label)`` and entropy of ``softmax((hidden @ W^T + b) / T)``.
 
@@ -117,6 +118,11 @@ def token_logprobs_and_entropy(
         kernel: force a ``logprobs`` kernel by name (``"chunked"``, ``"naive"``,
             ``"npu_cross_entropy"``, or ``"pkg.module:function"``); ``None`` lets
             :func:`rlkit.kernels.choose` pick for the platform of ``hidden.device``.
+        logit_softcap: Gemma2's final-logit soft-capping ``c``: the logits are
+            ``c * tanh(z / c)`` before the temperature, as the model's own forward
+            computes them. The capped logits are then materialised (tokens x vocab, and
+            their ``tanh`` for the backward pass) and the statistics are taken from them
+            (:func:`logprobs_and_entropy_from_logits`); ``kernel`` does not apply.
 
     Returns:
         log_probs: (...) float32 (float64 if ``hidden`` is float64).
@@ -131,6 +137,16 @@ def token_logprobs_and_entropy(
     chunk_size = _check_chunk_size(chunk_size)
     lead_shape = hidden.shape[:-1]
     flat_labels = _check_labels(labels, lead_shape, lm_head_weight.shape[0])
+    if logit_softcap is not None:
+        logits = torch.nn.functional.linear(hidden, lm_head_weight, lm_head_bias)
+        capped = torch.tanh(logits / logit_softcap) * logit_softcap
+        return logprobs_and_entropy_from_logits(
+            capped,
+            labels,
+            temperature=temperature,
+            compute_entropy=compute_entropy,
+            chunk_size=chunk_size,
+        )
     choice = choose("logprobs", platform=platform_for_device(hidden.device), override=kernel)
     log_p, entropy = choice.fn(
         hidden.reshape(-1, hidden.shape[-1]),

@@ -21,11 +21,14 @@ across its turns) or, with ``generate``, turns batched through :meth:`generate`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import (
+    AutoConfig,
     GenerationConfig,
     LogitsProcessor,
     LogitsProcessorList,
@@ -34,6 +37,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlkit.models.attention_features import attention_features
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
 from rlkit.rollout.continuous_decode import ContinuousDecoder
@@ -41,6 +45,7 @@ from rlkit.rollout.kv_decode import Warp, decode
 from rlkit.rollout.turns import BatchedTurns, TurnGenerator
 
 DECODE_LOOPS = ("rlkit", "generate")
+logger = logging.getLogger(__name__)
 
 
 class SampledTokenLogProbs(LogitsProcessor):
@@ -136,6 +141,9 @@ class HFEngine(RolloutEngine):
             prompts per call, at least one.
         decode_loop: ``"rlkit"`` (shared prefill, finished rows dropped) or
             ``"generate"`` (``transformers``' ``generate``).
+        continue_caches: multi-turn rollouts continue each trajectory's KV cache
+            (:class:`ContinuousDecoder`, full-attention caches only); ``False`` batches
+            the turns through :meth:`generate` instead (sliding-window models).
     """
 
     shares_trainer_module = True
@@ -148,6 +156,7 @@ class HFEngine(RolloutEngine):
         eos_token_ids: Sequence[int],
         generation_batch_size: int = 256,
         decode_loop: str = "rlkit",
+        continue_caches: bool = True,
     ) -> None:
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
@@ -156,6 +165,7 @@ class HFEngine(RolloutEngine):
                 f"hf engine: unknown decode_loop {decode_loop!r}; choose one of {DECODE_LOOPS}"
             )
         self.decode_loop = decode_loop
+        self.continue_caches = continue_caches
         self.weights = weights
         self.pad_token_id = pad_token_id
         self.eos_token_ids = tuple(eos_token_ids)
@@ -282,7 +292,7 @@ class HFEngine(RolloutEngine):
         """Multi-turn generation: the ``rlkit`` loop continues each trajectory's KV cache
         across its turns (:class:`ContinuousDecoder`); ``generate`` batches turns and
         prefills each one's context again."""
-        if self.decode_loop != "rlkit":
+        if self.decode_loop != "rlkit" or not self.continue_caches:
             from rlkit.distributed.collectives import world
 
             return BatchedTurns(self, params, synced=world()[1] > 1)
@@ -320,6 +330,13 @@ def make_hf_engine(
             f"known: generation_batch_size, extra_eos_token_ids, decode_loop"
         )
     eos = [tokenizer.eos_token_id, *extra_eos_token_ids]
+    continue_caches = not _windowed(unused.get("model_path"))
+    if not continue_caches and decode_loop == "rlkit":
+        logger.info(
+            "hf engine: the model has sliding-window layers, whose KV cache transformers "
+            "keeps to the window; multi-turn rollouts batch each turn through the decode "
+            "loop instead of continuing every trajectory's cache"
+        )
     return HFEngine(
         weights,
         pad_token_id=tokenizer.pad_token_id
@@ -328,4 +345,12 @@ def make_hf_engine(
         eos_token_ids=[e for e in eos if e is not None],
         generation_batch_size=generation_batch_size,
         decode_loop=decode_loop,
+        continue_caches=continue_caches,
     )
+
+
+def _windowed(model_path: str | None) -> bool:
+    """Whether the model at ``model_path`` has sliding-window layers (False if unknown)."""
+    if not model_path or not (Path(model_path) / "config.json").is_file():
+        return False
+    return attention_features(AutoConfig.from_pretrained(model_path)).windowed

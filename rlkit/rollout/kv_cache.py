@@ -31,8 +31,9 @@ from rlkit.kernels.shared_prefix_decode import PrefixReader, SharedPrefix
 
 
 class InPlaceLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values are views of a buffer
-    (batch, kv_heads, positions, head_dim) written in place.
+    """A ``DynamicLayer`` whose keys and values are views of buffers
+    (batch, kv_heads, positions, head_dim) written in place (keys and values each with
+    their own head size: multi-head latent attention's differ).
 
     The buffer doubles when full, up to ``capacity`` positions (the rollout's prompt width
     plus new tokens); a write past ``capacity`` still doubles it, so the layer never
@@ -57,16 +58,18 @@ class InPlaceLayer(DynamicLayer):
             # times in all, and holds at most twice what is filled (rows that stop early
             # never claim the whole capacity).
             size = min(2 * end, self.capacity) if end <= self.capacity else 2 * end
-            self._reallocate(key_states.shape[0], size, key_states)
+            self._reallocate(key_states.shape[0], size, key_states, value_states)
         self.key_buffer[:, :, self.length : end] = key_states
         self.value_buffer[:, :, self.length : end] = value_states
         self._set_length(end)
         return self.keys, self.values
 
-    def _reallocate(self, rows: int, capacity: int, like: torch.Tensor) -> None:
+    def _reallocate(
+        self, rows: int, capacity: int, key_like: torch.Tensor, value_like: torch.Tensor
+    ) -> None:
         """New buffers of ``capacity`` positions for ``rows`` rows, holding the filled part."""
-        shape = (rows, like.shape[1], capacity, like.shape[-1])
-        keys, values = like.new_empty(shape), like.new_empty(shape)
+        keys = key_like.new_empty(rows, key_like.shape[1], capacity, key_like.shape[-1])
+        values = value_like.new_empty(rows, value_like.shape[1], capacity, value_like.shape[-1])
         if self.length:
             keys[:, :, : self.length] = self.keys
             values[:, :, : self.length] = self.values
@@ -82,7 +85,7 @@ class InPlaceLayer(DynamicLayer):
         capacity = self.key_buffer.shape[-2]
         self.key_buffer = self.value_buffer = None
         self.length = 0
-        self._reallocate(keys.shape[0], capacity, keys)
+        self._reallocate(keys.shape[0], capacity, keys, values)
         self.key_buffer[:, :, : keys.shape[-2]] = keys
         self.value_buffer[:, :, : keys.shape[-2]] = values
         self._set_length(keys.shape[-2])

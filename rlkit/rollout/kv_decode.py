@@ -37,6 +37,7 @@ import torch
 
 from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.kernels.shared_prefix_decode import SHARED_PREFIX_KWARG
+from rlkit.models.attention_features import attention_features
 from rlkit.rollout.kv_cache import (
     check_prefixes_read,
     in_place_cache,
@@ -177,6 +178,15 @@ def _share_prefix(model: torch.nn.Module, requested: bool | None, n: int, width:
             f"shared prompt; this model's attention is {implementation!r} (select "
             f"grouped_sdpa, or pass shared_prefix=None)"
         )
+    if config is not None and attention_features(config).latent_kv_cache:
+        # The cache holds latents that each layer expands after reading it: there are no
+        # prompt keys in it for the shared-prefix attention to read.
+        if requested:
+            raise ValueError(
+                f"shared_prefix=True: {type(model).__name__} caches attention latents, not "
+                f"keys and values; pass shared_prefix=None"
+            )
+        return False
     if requested is None:
         return n > 1 and width >= SHARED_PREFIX_MIN_TOKENS and implementation == GROUPED_SDPA
     return requested and n > 1

@@ -422,8 +422,28 @@ class ExperimentConfig:
             problems.append("set DataConfig.train_files or DataConfig.dataset_fn")
         problems += self._reward_model_problems()
         problems += self._prime_problems()
+        problems += self._model_family_problems()
         if problems:
             raise ValueError(format_problems(problems))
+
+    def _model_family_problems(self) -> list[str]:
+        """Models whose forward rlkit cannot reproduce exactly (docs/models.md), read from
+        each existing directory's ``config.json`` before anything loads."""
+        from rlkit.models.attention_features import UnsupportedModelError
+        from rlkit.models.loading import check_model_family
+
+        problems = []
+        for setting, path in (
+            ("ModelConfig.path", self.model.path),
+            ("ModelConfig.critic_path", self.model.critic_path),
+            ("PrimeConfig.model_path", self.prime.model_path),
+        ):
+            try:
+                if path:
+                    check_model_family(path, setting)
+            except UnsupportedModelError as exc:
+                problems.append(str(exc))
+        return problems
 
     def _reward_model_problems(self) -> list[str]:
         """A reward model that nothing reads, a reward that reads a missing one, a directory

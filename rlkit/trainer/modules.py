@@ -19,6 +19,7 @@ from transformers import PreTrainedModel
 from rlkit import ops
 from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.kernels.segmented_attention import AttentionSegments
+from rlkit.models.attention_features import attention_features
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 
 
@@ -127,6 +128,8 @@ class ActorModule(nn.Module):
         self.chunk_size = chunk_size
         self.remove_padding = remove_padding
         self.share_prefix = share_prefix
+        # Gemma2 caps its output logits: the log-probs must see the same logits.
+        self.logit_softcap = attention_features(backbone.config).final_logit_softcap
 
     def forward(
         self,
@@ -148,6 +151,7 @@ class ActorModule(nn.Module):
             chunk_size=self.chunk_size,
             compute_entropy=compute_entropy,
             lm_head_bias=getattr(head, "bias", None),
+            logit_softcap=self.logit_softcap,
         )
         return logp.float(), None if ent is None else ent.float()
 

@@ -27,10 +27,21 @@ How the packed sequences of a micro-batch reach the decoder depends on the atten
 
 Flash-attention and multimodal inputs fall back to the plain rows
 (:func:`supports_prefix_sharing`).
+
+**Sliding windows.** A response token at position ``p`` sees, in its own row, only the
+keys at positions ``p - w < p_k`` of a layer with a window of ``w`` tokens, so each mask
+is narrowed the same way, by position (prompt and response keep their row's positions):
+in segments per layer, from the ``sliding_window`` the layer hands its attention
+(:meth:`~rlkit.kernels.segmented_attention.AttentionSegments.windowed`); in the padded
+rows, one 4D mask per layer type (:func:`padded_masks`), handed to the decoder as
+transformers' ``{layer type: mask}`` mapping where layers differ.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
+from functools import cache
 from typing import Any
 
 import torch
@@ -39,17 +50,47 @@ from torch import nn
 from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.metrics.flops import dense_parameters
+from rlkit.models.attention_features import AttentionFeatures, attention_features
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import token_budget_split
 
 _MASKED_ATTENTION = ("sdpa", "eager", GROUPED_SDPA)
+logger = logging.getLogger(__name__)
 
 
 def supports_prefix_sharing(backbone: nn.Module, batch: dict[str, Any]) -> bool:
-    """True if ``backbone`` takes a custom 4D attention mask and ``batch`` is text only."""
+    """True if ``backbone`` takes a custom 4D attention mask (one per layer type, where its
+    layers' windows differ) and ``batch`` is text only."""
     config = getattr(backbone, "config", None)
     implementation = getattr(config, "_attn_implementation", None)
-    return implementation in _MASKED_ATTENTION and not batch.get("multimodal")
+    if implementation not in _MASKED_ATTENTION or batch.get("multimodal"):
+        return False
+    if implementation == GROUPED_SDPA:  # segments read each layer's own window
+        return True
+    features = attention_features(config)
+    if len(set(features.layer_windows)) <= 1 or _takes_mask_mapping(type(backbone)):
+        return True
+    _log_once(
+        f"shared-prefix passes are off for {type(backbone).__name__}: its layers have "
+        f"different sliding windows and its forward takes one attention mask for all of them"
+    )
+    return False
+
+
+@cache
+def _takes_mask_mapping(decoder_class: type) -> bool:
+    """Whether the decoder's forward accepts ``{layer type: mask}`` as its attention mask
+    (transformers' decoders with ``layer_types`` test ``isinstance(attention_mask, dict)``)."""
+    try:
+        source = inspect.getsource(decoder_class.forward)
+    except (OSError, TypeError):
+        return False
+    return "causal_mask_mapping := attention_mask, dict" in source
+
+
+@cache
+def _log_once(message: str) -> None:
+    logger.warning(message)
 
 
 def prompt_groups(
@@ -104,7 +145,8 @@ def _segmented_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tenso
     """The packed sequences as segments of one row: (N, H) and each sequence's start."""
     device = layout.device
     segments = AttentionSegments.from_masks(
-        [_allowed(torch.tensor(seg, device=device))[None, None] for seg in layout.segments]
+        [_allowed(torch.tensor(seg, device=device))[None, None] for seg in layout.segments],
+        positions=torch.tensor(sum(layout.positions, []), device=device),
     )
     hidden = segments.run_decoder(
         decoder,
@@ -124,20 +166,45 @@ def _padded_forward(decoder: nn.Module, layout: _Layout) -> tuple[torch.Tensor, 
     def padded(rows: list[list[int]], fill: int) -> torch.Tensor:
         return torch.tensor([r + [fill] * (longest - len(r)) for r in rows], device=layout.device)
 
-    allowed = _allowed(padded(layout.segments, -1))[:, None]  # (G, 1, L, L)
-    if getattr(decoder.config, "_attn_implementation", None) == "eager":
-        # eager attention adds the mask to the scores: 0 where allowed, a large negative
-        # number elsewhere (softmax then gives those keys weight 0).
-        blocked = torch.finfo(torch.float32).min
-        allowed = torch.zeros(allowed.shape, device=layout.device).masked_fill(~allowed, blocked)
+    positions = padded(layout.positions, 0)
+    masks = padded_masks(
+        _allowed(padded(layout.segments, -1))[:, None],  # (G, 1, L, L)
+        positions,
+        attention_features(decoder.config),
+        additive=getattr(decoder.config, "_attn_implementation", None) == "eager",
+    )
     hidden = decoder(
         input_ids=padded(layout.ids, 0),
-        attention_mask=allowed,
-        position_ids=padded(layout.positions, 0),
+        attention_mask=masks,
+        position_ids=positions,
         use_cache=False,
     ).last_hidden_state
     starts = torch.arange(hidden.shape[0], device=layout.device) * longest
     return hidden.flatten(0, 1), starts
+
+
+def padded_masks(
+    allowed: torch.Tensor, positions: torch.Tensor, features: AttentionFeatures, additive: bool
+) -> torch.Tensor | dict[str, torch.Tensor]:
+    """The decoder's attention mask for packed rows: ``allowed`` (G, 1, L, L) narrowed to
+    each layer's sliding window by ``positions`` (G, L), as one mask where every layer has
+    the same window, else transformers' ``{layer type: mask}`` mapping. ``additive``:
+    eager attention adds the mask to the scores, 0 where allowed and the lowest float32
+    elsewhere (softmax then gives those keys weight 0)."""
+
+    def mask(window: int | None) -> torch.Tensor:
+        out = allowed
+        if window is not None:
+            out = out & ((positions[:, None, :, None] - positions[:, None, None, :]) < window)
+        if additive:
+            blocked = torch.finfo(torch.float32).min
+            out = torch.zeros(out.shape, device=out.device).masked_fill(~out, blocked)
+        return out
+
+    windows = set(features.layer_windows)
+    if len(windows) <= 1:
+        return mask(next(iter(windows), None))
+    return {kind: mask(w) for kind, w in features.windows_by_layer_type().items()}
 
 
 def _allowed(seg: torch.Tensor) -> torch.Tensor:

@@ -34,7 +34,8 @@ import numpy as np
 import torch
 
 from rlkit.distributed import collectives as comm
-from rlkit.models.loading import check_model_dir
+from rlkit.models.attention_features import attention_features
+from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import AgentRequest, agent_config, loop_metrics
 from rlkit.rollout.base import SamplingParams
@@ -54,6 +55,7 @@ from rlkit.trainer.batch import (
 from rlkit.trainer.checkpoint import CheckpointManager, capture_rng_state, restore_rng_state
 from rlkit.trainer.config import ExperimentConfig
 from rlkit.trainer.frozen_heap import frozen_heap
+from rlkit.trainer.logprob_guard import LogProbGuard, lowest_precision
 from rlkit.trainer.metrics import WeightedMeans, data_metrics
 from rlkit.trainer.optimizer import adamw
 from rlkit.trainer.prefix_sharing import (
@@ -99,6 +101,7 @@ class RLTrainer:
 
         cfg = self.cfg
         check_model_dir(cfg.model.path)  # before anything expensive
+        check_model_family(cfg.model.path)
         if cfg.trainer.num_threads:
             torch.set_num_threads(cfg.trainer.num_threads)
         if cfg.trainer.platform:
@@ -166,6 +169,16 @@ class RLTrainer:
             seed=cfg.trainer.seed,
             **cfg.rollout.engine_options,
         )
+        self.logprob_guard = LogProbGuard(
+            lowest_precision(
+                [
+                    cfg.model.dtype,
+                    cfg.trainer.mixed_precision,
+                    cfg.rollout.engine_options.get("dtype"),
+                ]
+            ),
+            filtered_sampling=cfg.rollout.top_p < 1 or cfg.rollout.top_k > 0,
+        )
         self.checkpoint_record: dict[str, float] | None = None  # set by a resume
         self.resumed_from = self._maybe_resume()
         if self.resumed_from is not None:
@@ -199,6 +212,8 @@ class RLTrainer:
                 f"engine={cfg.rollout.engine} kernels={self.kernel_choices}"
                 + (f" resumed_from={self.resumed_from}" if self.resumed_from else "")
             )
+            for note in attention_features(self.backend.unwrap(self.actor).backbone.config).notes():
+                self._print(note)
             if self.host_memory_note:
                 self._print(f"TrainerConfig.keep_freed_host_memory: {self.host_memory_note}")
             if self.resume_changes:
@@ -529,6 +544,8 @@ class RLTrainer:
             )
         while self.step_count < t.total_steps:
             metrics = self.step()
+            if self.is_main:
+                self.logprob_guard.check(self.step_count, metrics)
             last = self.step_count == t.total_steps
             if self.val_prompts is not None and (
                 (t.test_freq and self.step_count % t.test_freq == 0) or last
