@@ -93,3 +93,75 @@ def test_an_unknown_engine_option_is_rejected_by_the_engine(tiny_model_dir, toy_
     with pytest.raises(TypeError, match="unknown option"):
         main([str(tiny_model_dir), "--dataset", str(toy_jsonl), "--reward", "exact_match",
               "--engine-option", "bogus=1", "--output", str(tmp_path / "x.jsonl")])  # fmt: skip
+
+
+def first_character_is_even(response: str, ground_truth: str, **extra) -> float:
+    """A reward that depends on the model's text only, so two models score differently."""
+    return float(bool(response) and ord(response[0]) % 2 == 0)
+
+
+@pytest.fixture(scope="module")
+def second_model_dir(tmp_path_factory):
+    from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
+
+    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny_b"), train_byte_tokenizer(), seed=1)
+
+
+def _compare_args(model, baseline, dataset, out):
+    return [str(model), "--compare", str(baseline), "--dataset", str(dataset),
+            "--reward", "tests.test_eval_cli:first_character_is_even", "--n", "2",
+            "--temperature", "1.0", "--max-new-tokens", "2", "--output", str(out), "--quiet",
+            "--no-chat-template"]  # fmt: skip
+
+
+def test_compare_pairs_two_models_over_the_same_problems(
+    tiny_model_dir, second_model_dir, tmp_path, capsys
+):
+    rows = [{"id": f"q{i}", "question": f"{i}+{i + 1}=", "answer": "x"} for i in range(6)]
+    dataset = _write_problems(tmp_path / "six.jsonl", rows)
+    out = tmp_path / "a.jsonl"
+    assert main(_compare_args(tiny_model_dir, second_model_dir, dataset, out)) == 0
+    a, b = read_jsonl(out), read_jsonl(tmp_path / "a.baseline.jsonl")
+    assert [r["id"] for r in a] == [r["id"] for r in b] == [f"q{i}" for i in range(6)]
+    assert json.loads(summary_path(tmp_path / "a.baseline.jsonl").read_text())["settings"][
+        "model"
+    ] == str(second_model_dir)
+    # The paired differences, recomputed from the two files: per problem, the fraction of
+    # its 2 responses correct under model A minus under model B; t(0.975, 5) = 2.570582.
+    diffs = [ra["num_correct"] / 2 - rb["num_correct"] / 2 for ra, rb in zip(a, b)]
+    mean = sum(diffs) / 6
+    std = (sum((d - mean) ** 2 for d in diffs) / 5) ** 0.5
+    saved = json.loads((tmp_path / "a.comparison.json").read_text())
+    accuracy = saved["metrics"]["accuracy"]
+    assert saved["unit"] == "problem" and saved["num_problems"] == 6
+    assert accuracy["difference"]["mean"] == pytest.approx(mean)
+    if std > 0:
+        half = 2.570582 * std / 6**0.5
+        assert accuracy["difference"]["low"] == pytest.approx(mean - half, abs=1e-5)
+        assert accuracy["difference"]["high"] == pytest.approx(mean + half, abs=1e-5)
+        assert 0.0 <= accuracy["p_value"] <= 1.0
+    assert set(saved["metrics"]) == {"accuracy", "pass@1", "pass@2"}
+    printed = capsys.readouterr().out
+    assert "paired over 6 problems" in printed and accuracy["verdict"] in printed
+
+
+def test_a_model_compared_with_its_copy_differs_by_exactly_zero(tiny_model_dir, tmp_path, capsys):
+    import shutil
+
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
+    dataset = _write_problems(
+        tmp_path / "p.jsonl",
+        [{"id": f"q{i}", "question": f"{i}=", "answer": "x"} for i in range(4)],
+    )
+    assert main(_compare_args(tiny_model_dir, copy, dataset, tmp_path / "same.jsonl")) == 0
+    # Same weights, same seed, same problems: the same responses, so every difference is 0.
+    saved = json.loads((tmp_path / "same.comparison.json").read_text())
+    for metric in saved["metrics"].values():
+        assert metric["difference"]["mean"] == 0.0 and metric["p_value"] == 1.0
+        assert metric["verdict"] == "not distinguishable (interval includes 0)"
+
+
+def test_a_missing_baseline_directory_is_reported(tiny_model_dir, toy_jsonl, tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        main([str(tiny_model_dir), "--compare", str(tmp_path / "nope"), "--dataset",
+              str(toy_jsonl), "--reward", "exact_match"])  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from transformers import AutoTokenizer
@@ -209,3 +210,51 @@ def test_saved_responses_can_be_rescored_with_other_reward_options():
     flexible = rescore_records(records, "gsm8k", reward_options={"method": "flexible"})
     assert flexible["accuracy"] == pytest.approx((1 + 1 / 2) / 2)
     assert flexible["pass@2"] == 1.0
+
+
+def test_intervals_are_over_problems_and_land_in_the_summary(engine_and_tokenizer, tmp_path):
+    engine, tok = engine_and_tokenizer
+    report = evaluate(
+        engine, tok, _problems(["yes", "no", "no", "yes", "yes"]),
+        reward=correct_if_truth_is_yes, n=2, temperature=1.0, max_new_tokens=2,
+    )  # fmt: skip
+    intervals = report.intervals()
+    # Every problem is all right or all wrong (values 1, 0, 0, 1, 1): a proportion of 3 of 5,
+    # so Wilson: center (0.6 + z²/10) / (1 + z²/5) = 0.556478, half width 0.325828.
+    for name in ("accuracy", "pass@1", "pass@2"):
+        est = intervals[name]
+        assert (est.method, est.n, est.mean) == ("wilson", 5, pytest.approx(0.6))
+        assert (est.low, est.high) == pytest.approx((0.230724, 0.882379), abs=1e-6)
+    summary = json.loads(summary_path(report.write_jsonl(tmp_path / "e.jsonl")).read_text())
+    assert summary["intervals"]["accuracy"]["low"] == pytest.approx(0.230724, abs=1e-6)
+    assert summary["intervals"]["pass@2"]["method"] == "wilson"
+    table = report.summary_table()
+    assert "95% interval (over problems)" in table
+    assert re.search(r"\| pass@2 +\| 0\.6000 \| \[0\.2307, 0\.8824\] \(wilson\) \|", table)
+
+
+def test_two_reports_are_compared_problem_by_problem(engine_and_tokenizer):
+    from rlkit.evaluation.comparison import compare_reports
+
+    engine, tok = engine_and_tokenizer
+    kwargs = dict(n=2, temperature=1.0, max_new_tokens=2)
+    problems = _problems(["yes", "no", "no", "yes", "yes"])
+    good = evaluate(engine, tok, problems, reward=correct_if_truth_is_yes, **kwargs)
+    bad = evaluate(engine, tok, problems, reward=reject_everything, **kwargs)
+    result = compare_reports(good, bad, names=("good", "bad"))
+    # Differences per problem 1, 0, 0, 1, 1: mean 0.6, std sqrt(0.3) = 0.547723, t(0.975, 4)
+    # = 2.776445, half width 2.776445 * 0.547723 / sqrt 5 = 0.680087 -> [-0.080087, 1.280087];
+    # t = 0.6 / 0.244949 = 2.449490, two-sided p (df 4) = 0.070484: 0 is inside.
+    test = result.tests["accuracy"]
+    assert result.num_problems == 5 and result.means["accuracy"] == pytest.approx((0.6, 0.0))
+    assert (test.difference.low, test.difference.high) == pytest.approx(
+        (-0.080087, 1.280087), abs=1e-6
+    )
+    assert test.p_value == pytest.approx(0.070484, abs=1e-6)
+    assert set(result.tests) == {"accuracy", "pass@1", "pass@2"}
+    assert "| accuracy | 0.6000 | 0.0000 | +0.6000 | [-0.0801, 1.2801] | 0.0705 |" in result.table()
+    assert "not distinguishable (interval includes 0)" in result.table()
+    with pytest.raises(ValueError, match="different problems"):
+        compare_reports(
+            good, evaluate(engine, tok, problems[:3], reward=reject_everything, **kwargs)
+        )

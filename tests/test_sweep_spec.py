@@ -1,4 +1,5 @@
-"""Sweep specs: grid expansion, run names, gin literals, bad specs; tables from metrics files."""
+"""Sweep specs: grid expansion, seeds, run names, gin literals, bad specs; tables, seed
+aggregates and paired differences from metrics files."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.sweep.driver import dry_run, plan
+from rlkit.sweep.aggregate import aggregate_points, compare_points
+from rlkit.sweep.driver import dry_run, plan, thread_share
+from rlkit.sweep.report import paired_table, points_table
 from rlkit.sweep.results import collect_rows, markdown_table, run_metrics
-from rlkit.sweep.runner import RunRecord, execute, previous_record
+from rlkit.sweep.runner import RunRecord, execute, previous_record, train_command
 from rlkit.sweep.spec import (
     PRESETS_DIR,
     RunSpec,
@@ -113,7 +116,8 @@ def test_sweep_files_parse_into_a_spec(tmp_path):
 
 
 def test_the_ready_sweeps_expand_to_the_five_algorithms():
-    for name, count in (("demo_algorithms", 5), ("gsm8k_gpu", 10)):
+    # demo_algorithms_seeds includes demo_algorithms.gin and adds 3 seeds: 5 x 3 runs.
+    for name, count in (("demo_algorithms", 5), ("gsm8k_gpu", 10), ("demo_algorithms_seeds", 15)):
         spec = parse_sweep_file(ROOT / "experiments" / "sweeps" / f"{name}.gin")
         runs = plan(spec)
         assert len(runs) == count
@@ -196,3 +200,105 @@ def test_an_edited_config_file_is_noticed_on_resume(tmp_path):
     config.write_text("TrainerConfig.total_steps = 3\n")
     with pytest.raises(SweepError, match="config file contents"):
         previous_record(run, tmp_path / "a")
+
+
+def test_seeds_run_every_point_once_per_seed_bound_last():
+    spec = SweepSpec(
+        base_configs=[DEMO],
+        grid={"preset": ["grpo", "rloo"]},
+        seeds=[0, 7],
+        bindings=["TrainerConfig.total_steps = 3"],
+    )
+    runs = expand_grid(spec)
+    assert [r.name for r in runs] == ["grpo_seed=0", "grpo_seed=7", "rloo_seed=0", "rloo_seed=7"]
+    assert [(r.point, r.seed) for r in runs] == [("grpo", 0), ("grpo", 7), ("rloo", 0), ("rloo", 7)]
+    assert runs[3].bindings == ("TrainerConfig.total_steps = 3", "TrainerConfig.seed = 7")
+    assert runs[3].axes == {"preset": "rloo"}
+    # One grid point: the runs are named after the sweep.
+    single = expand_grid(SweepSpec(name="one", base_configs=[DEMO], seeds=[3]))
+    assert [(r.name, r.point) for r in single] == [("one_seed=3", "one")]
+
+
+def test_a_parallel_run_gets_its_thread_share_outside_the_recorded_arguments(tmp_path):
+    run = RunSpec("a", (DEMO,), ("TrainerConfig.num_threads = 4",), {})
+    command = train_command(run, tmp_path / "a", threads=2)
+    # The share comes before the run's own bindings, so a binding of the sweep wins.
+    assert command.index("TrainerConfig.num_threads = 2") < command.index(
+        "TrainerConfig.num_threads = 4"
+    )
+    record = execute(run, tmp_path / "a", launcher=f"{sys.executable} -c 'pass'", threads=2)
+    assert "TrainerConfig.num_threads = 2" not in record.args
+    assert previous_record(run, tmp_path / "a").status == "completed"  # resumable at any share
+    assert thread_share(1) is None and thread_share(10_000) == 1
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"seeds": [0, 0]}, "lists a seed twice"),
+        ({"seeds": [0, "1"]}, "list of integers"),
+        ({"seeds": 3}, "list of integers"),
+        ({"seeds": [0], "grid": {"TrainerConfig.seed": [0, 1]}}, "both set the seed"),
+        ({"max_parallel": 0}, "max_parallel must be >= 1"),
+        (
+            {"grid": {"preset": ["grpo", "rloo"]}, "compare": "dapo"},
+            "Sweep.compare = 'dapo' is not a grid point; the points are: grpo, rloo",
+        ),
+    ],
+)
+def test_bad_seed_compare_and_parallel_settings(fields, message):
+    with pytest.raises(SweepError, match=message):
+        expand_grid(SweepSpec(base_configs=[DEMO], **fields))
+
+
+def _seed_runs(tmp_path: Path, finals: dict[str, list[float]]) -> tuple[list, list]:
+    """Runs of points x seeds whose metrics.jsonl log `val/t/acc` at steps 0 and 5 (`final`)."""
+    runs, records = [], []
+    for point, values in finals.items():
+        for seed, value in enumerate(values):
+            name = f"{point}_seed={seed}"
+            _write_metrics(
+                tmp_path / name / "metrics.jsonl",
+                [{"step": 0, "val/t/acc": 0.1 * seed}, {"step": 5, "val/t/acc": value}],
+            )
+            runs.append(RunSpec(name, (DEMO,), (), {"preset": point}, point, seed))
+            records.append(RunRecord(name, "completed", str(tmp_path / name), "", 0, 1.0))
+    return runs, records
+
+
+def test_seeds_aggregate_into_mean_std_and_t_interval(tmp_path):
+    runs, records = _seed_runs(tmp_path, {"a": [0.5, 0.6, 0.7], "b": [0.4]})
+    columns = {r.name: {"point": r.point, "seed": str(r.seed)} for r in runs}
+    rows = collect_rows(records, columns, ["val/*"])
+    a, b = aggregate_points(runs, rows)
+    # a: mean 0.6, std 0.1, half width t(0.975, 2) * 0.1 / sqrt 3 = 4.302653 * 0.057735 = 0.248414.
+    est = a.estimates["final val/t/acc"]
+    assert (est.mean, est.std, est.n) == (pytest.approx(0.6), pytest.approx(0.1), 3)
+    assert (est.low, est.high) == pytest.approx((0.6 - 0.248414, 0.6 + 0.248414), abs=1e-6)
+    assert a.csv_row()["ci95_low final val/t/acc"] == pytest.approx(0.351586, abs=1e-6)
+    assert b.estimates["final val/t/acc"].n == 1  # one seed: a mean, no interval
+    table = points_table([a, b], ["preset"]).splitlines()
+    assert table[2].startswith("| a | a | 3 | 0.6000 ± 0.1000 [0.3516, 0.8484] |")
+    assert table[3].startswith("| b | b | 1 | 0.4000 (n=1: no interval) |")
+
+
+def test_paired_differences_to_the_baseline_at_the_same_step(tmp_path):
+    runs, records = _seed_runs(tmp_path, {"base": [0.5, 0.6, 0.7], "new": [0.6, 0.8, 0.8]})
+    records[4].status = "failed"  # new seed 1 failed: only seeds 0 and 2 pair up
+    (diff,) = compare_points(runs, records, "base", ["val/*"])
+    # Seeds 0 and 2 at step 5: differences 0.6 - 0.5 = 0.1 and 0.8 - 0.7 = 0.1, no spread.
+    assert (diff.point, diff.metric, diff.step, diff.seeds) == ("new", "val/t/acc", 5, [0, 2])
+    assert diff.test.difference.mean == pytest.approx(0.1)
+    records[0].status = "failed"  # and base seed 0: seed 2 alone, no interval
+    (diff,) = compare_points(runs, records, "base", ["val/*"])
+    assert diff.seeds == [2] and diff.test.verdict == "n=1: no interval"
+    records[0].status = records[4].status = "completed"
+    (diff,) = compare_points(runs, records, "base", ["val/*"])
+    # Differences 0.1, 0.2, 0.1: mean 0.133333, std 0.057735, t = 0.133333 / 0.033333 = 4;
+    # df 2: p = 1 - 4 / sqrt(18) = 0.057191; half width 4.302653 * 0.033333 = 0.143422.
+    assert diff.test.p_value == pytest.approx(0.057191, abs=1e-6)
+    assert diff.test.difference.low == pytest.approx(0.133333 - 0.143422, abs=1e-6)
+    assert diff.test.verdict == "not distinguishable (interval includes 0)"
+    assert "| new | acc | 5 | 3 | 0.7333 | 0.6000 | +0.1333 | [-0.0101, 0.2768] | 0.057 |" in (
+        paired_table([diff])
+    )

@@ -1,4 +1,5 @@
-"""What an evaluation produced: per-problem results, summary metrics, their files and table."""
+"""What an evaluation produced: per-problem results, summary metrics with their 95%
+intervals over problems, their files and table."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rlkit.metrics.intervals import LEVEL, Estimate, mean_at_n_interval, pass_at_k_interval
 
 
 @dataclass
@@ -71,9 +74,29 @@ class EvalReport:
     def accuracy(self) -> float:
         return self.metrics["accuracy"]
 
+    @property
+    def pass_ks(self) -> list[int]:
+        """The k of every ``pass@k`` in :attr:`metrics`, ascending."""
+        return sorted(int(k.split("@")[1]) for k in self.metrics if k.startswith("pass@"))
+
+    def intervals(self, level: float = LEVEL) -> dict[str, Estimate]:
+        """``accuracy`` (= mean@n) and each ``pass@k`` with its interval over problems.
+
+        The unit is the problem: each contributes its fraction of correct responses
+        (mean@n) or its unbiased pass@k, and the interval is that of their mean (Wilson
+        when every problem's value is 0 or 1, else t; see
+        :func:`rlkit.metrics.intervals.proportion_interval`). Empty without problems.
+        """
+        correct = [p.correct for p in self.problems]
+        if not correct:
+            return {}
+        out = {"accuracy": mean_at_n_interval(correct, level)}
+        out |= {f"pass@{k}": pass_at_k_interval(correct, k, level) for k in self.pass_ks}
+        return out
+
     def write_jsonl(self, path: str | Path) -> Path:
         """Write one JSON record per problem to ``path`` (atomically) and the summary
-        (metrics + settings) to ``<path without suffix>.summary.json``.
+        (metrics, their :meth:`intervals`, settings) to ``<path without suffix>.summary.json``.
 
         Returns:
             The JSON Lines path.
@@ -82,31 +105,46 @@ class EvalReport:
         path.parent.mkdir(parents=True, exist_ok=True)
         lines = "".join(json.dumps(p.to_json(), ensure_ascii=False) + "\n" for p in self.problems)
         _write_atomic(path, lines)
-        summary = {"metrics": self.metrics, "settings": self.settings}
+        intervals = {name: est.to_json() for name, est in self.intervals().items()}
+        summary = {"metrics": self.metrics, "intervals": intervals, "settings": self.settings}
         _write_atomic(summary_path(path), json.dumps(summary, indent=2, default=str) + "\n")
         return path
 
     def summary_table(self) -> str:
-        """A Markdown table of the headline metrics (accuracy, pass@k, lengths, errors, time)."""
+        """A Markdown table of the headline metrics (accuracy, pass@k, lengths, errors, time),
+        with the 95% interval over problems of accuracy and each pass@k."""
         m, n = self.metrics, int(self.metrics["n"])
-        rows = [("problems", f"{int(m['num_problems'])}"), ("samples per problem (n)", f"{n}")]
-        rows.append((f"accuracy (mean@{n})", f"{m['accuracy']:.4f}"))
-        ks = sorted(int(k.split("@")[1]) for k in m if k.startswith("pass@"))
-        rows += [(f"pass@{k}", f"{m[f'pass@{k}']:.4f}") for k in ks]
+        ci = self.intervals()
+        rows = [
+            ("problems", f"{int(m['num_problems'])}", ""),
+            ("samples per problem (n)", f"{n}", ""),
+        ]
+        rows.append((f"accuracy (mean@{n})", f"{m['accuracy']:.4f}", _interval(ci["accuracy"])))
         rows += [
-            ("score/mean", f"{m['score/mean']:.4f}"),
-            ("response length (mean tokens)", f"{m['response_length/mean']:.1f}"),
-            ("cut at max_new_tokens", f"{m['response_length/clip_ratio']:.3f}"),
+            (f"pass@{k}", f"{m[f'pass@{k}']:.4f}", _interval(ci[f"pass@{k}"])) for k in self.pass_ks
+        ]
+        rows += [
+            ("score/mean", f"{m['score/mean']:.4f}", ""),
+            ("response length (mean tokens)", f"{m['response_length/mean']:.1f}", ""),
+            ("cut at max_new_tokens", f"{m['response_length/clip_ratio']:.3f}", ""),
             (
                 "reward errors / timeouts",
                 f"{int(m['reward/num_errors'])} / {int(m['reward/num_timeouts'])}",
+                "",
             ),
-            ("wall time (s)", f"{m['timing_s/total']:.1f}"),
+            ("wall time (s)", f"{m['timing_s/total']:.1f}", ""),
         ]
-        width = max(len(name) for name, _ in rows)
-        lines = [f"| {'metric':<{width}} | value |", f"|{'-' * (width + 2)}|-------|"]
-        lines += [f"| {name:<{width}} | {value} |" for name, value in rows]
+        width = max(len(name) for name, _, _ in rows)
+        lines = [
+            f"| {'metric':<{width}} | value | 95% interval (over problems) |",
+            f"|{'-' * (width + 2)}|-------|---|",
+        ]
+        lines += [f"| {name:<{width}} | {value} | {ci_text} |" for name, value, ci_text in rows]
         return "\n".join(lines)
+
+
+def _interval(est: Estimate) -> str:
+    return f"{est.interval_text()} ({est.method})" if est.has_interval else est.interval_text()
 
 
 def summary_path(jsonl_path: str | Path) -> Path:

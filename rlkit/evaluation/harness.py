@@ -7,8 +7,15 @@ see :mod:`rlkit.data.shared_datasets`.
 Generates through a rollout engine (``--engine hf`` in this process, or
 ``--engine sglang`` with ``--engine-option key=value`` for the servers), scores
 with the dataset's reward, prints accuracy (mean@n) and pass@k (Chen et al.
-2021, arXiv:2107.03374) for k = 1, 2, 4, ..., n, and writes one JSON record per
-problem to ``--output`` (plus ``<output>.summary.json``).
+2021, arXiv:2107.03374) for k = 1, 2, 4, ..., n, each with its 95% interval over
+problems, and writes one JSON record per problem to ``--output`` (plus
+``<output>.summary.json``).
+
+``--compare BASELINE_DIR`` evaluates a second model the same way on the same
+problems and prints MODEL - BASELINE for accuracy and each pass@k, paired over
+problems: the 95% t interval of the mean difference and the paired t-test's
+p-value. The baseline's records go to ``<output stem>.baseline.jsonl``, the
+comparison to ``<output stem>.comparison.json``.
 
 Exit status: 0 done; 2 a user error (unusable data, e.g. a preset that is neither in
 ``$RLKIT_DATA_DIR`` nor reachable on the hub), reported as one message.
@@ -18,6 +25,7 @@ Examples::
     rlkit eval runs/models/smollm2-135m-instruct --dataset gsm8k --limit 100
     rlkit eval MODEL --dataset aime2024 --n 16 --temperature 0.6 --max-new-tokens 4096 \\
         --engine sglang --engine-option tp_size=2
+    rlkit eval RUN/hf_model --compare BASE_MODEL --dataset gsm8k --limit 500 --n 4 --temperature 1
 """
 
 from __future__ import annotations
@@ -63,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("model", help="local Hugging Face model directory")
+    parser.add_argument(
+        "--compare",
+        default=None,
+        metavar="BASELINE_DIR",
+        help="also evaluate this model directory on the same problems and report "
+        "MODEL - BASELINE paired over problems (interval and p-value)",
+    )
     parser.add_argument(
         "--dataset",
         required=True,
@@ -181,20 +196,21 @@ def generation_eos_ids(model_dir: str) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos)
 
 
-def build_engine(args: argparse.Namespace, tokenizer: Any, n: int) -> Any:
-    """The rollout engine ``--engine`` names, for the model directory."""
+def build_engine(args: argparse.Namespace, tokenizer: Any, n: int, model: str | None = None) -> Any:
+    """The rollout engine ``--engine`` names, for ``model`` (default: the model directory)."""
     from rlkit.evaluation.loaded_weights import LoadedModelWeights
     from rlkit.registry import ROLLOUT_ENGINES
 
+    model = args.model if model is None else model
     options = parse_options(args.engine_option, "--engine-option")
     if args.engine == "sglang":
         import rlkit.rollout.sglang  # noqa: F401  (registers the engine)
     if args.engine in ("hf", "transformers"):
         options.setdefault("generation_batch_size", args.batch_size * n)
-        options.setdefault("extra_eos_token_ids", generation_eos_ids(args.model))
-    weights = LoadedModelWeights(args.model, dtype=args.dtype, device=args.device)
+        options.setdefault("extra_eos_token_ids", generation_eos_ids(model))
+    weights = LoadedModelWeights(model, dtype=args.dtype, device=args.device)
     return ROLLOUT_ENGINES.get(args.engine)(
-        model_path=args.model, tokenizer=tokenizer, weights=weights, seed=args.seed, **options
+        model_path=model, tokenizer=tokenizer, weights=weights, seed=args.seed, **options
     )
 
 
@@ -228,16 +244,19 @@ def _checked_temperature(args: argparse.Namespace) -> float:
         check_sampling(args.n, temperature)
     except ValueError as exc:
         raise SystemExit(f"rlkit eval: {exc}") from None
-    if not Path(args.model).is_dir():
-        raise SystemExit(f"rlkit eval: model directory {args.model!r} does not exist")
+    for model in (args.model, args.compare):
+        if model is not None and not Path(model).is_dir():
+            raise SystemExit(f"rlkit eval: model directory {model!r} does not exist")
     return temperature
 
 
-def _print_report(args: argparse.Namespace, report: Any, reward: str, output: Path) -> None:
+def _print_report(
+    args: argparse.Namespace, report: Any, reward: str, output: Path, model: str
+) -> None:
     temperature = report.settings["temperature"]
     mode = "greedy" if temperature == 0 else f"temperature {temperature}"
     print(
-        f"rlkit eval: {args.model} on {args.dataset} ({args.split}, "
+        f"rlkit eval: {model} on {args.dataset} ({args.split}, "
         f"{int(report.metrics['num_problems'])} problems), n={args.n}, {mode}, "
         f"max_new_tokens={args.max_new_tokens}, reward={reward}"
     )
@@ -245,18 +264,77 @@ def _print_report(args: argparse.Namespace, report: Any, reward: str, output: Pa
     print(f"per-problem results: {output}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+def _evaluate_model(
+    args: argparse.Namespace, model: str, dataset: Any, reward: str, argv: list[str]
+) -> Any:
+    """Evaluate one model directory with the command's settings; its EvalReport."""
     from rlkit.evaluation.evaluator import evaluate
 
-    temperature = _checked_temperature(args)
-    reward_options = parse_options(args.reward_option, "--reward-option")
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(model)
+    with build_engine(args, tokenizer, args.n, model) as engine:
+        report = evaluate(
+            engine,
+            tokenizer,
+            dataset,
+            reward=reward,
+            n=args.n,
+            temperature=args.temperature if args.temperature is not None else 0.0,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+            use_chat_template=not args.no_chat_template,
+            seed=args.seed,
+            reward_options=parse_options(args.reward_option, "--reward-option"),
+            reward_timeout_s=args.reward_timeout,
+            reward_workers=args.reward_workers,
+            progress=_progress_printer(args.quiet, started),
+        )
+    report.settings |= {
+        "model": str(model),
+        "dataset": args.dataset,
+        "split": args.split,
+        "limit": args.limit,
+        "engine": args.engine,
+        "command": shlex.join(["rlkit", "eval", *argv]),
+    }
+    return report
+
+
+def _compare(
+    args: argparse.Namespace, report: Any, dataset: Any, reward: str, output: Path, argv: list[str]
+) -> None:
+    """Evaluate ``--compare`` on the same problems, write its records and the comparison."""
+    import json
+
+    from rlkit.evaluation.comparison import compare_reports
+
+    baseline = _evaluate_model(args, args.compare, dataset, reward, argv)
+    baseline_output = output.with_name(output.stem + ".baseline.jsonl")
+    baseline.write_jsonl(baseline_output)
+    _print_report(args, baseline, reward, baseline_output, args.compare)
+    comparison = compare_reports(report, baseline, names=(str(args.model), str(args.compare)))
+    path = output.with_name(output.stem + ".comparison.json")
+    path.write_text(json.dumps(comparison.to_json(), indent=2) + "\n", encoding="utf-8")
+    print(
+        f"\n{args.model} - {args.compare}, paired over {comparison.num_problems} problems "
+        f"(95% t interval of the mean difference, two-sided paired t-test):"
+    )
+    print(comparison.table())
+    print(f"comparison: {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``rlkit eval``; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    _checked_temperature(args)
+    parse_options(args.reward_option, "--reward-option")  # a malformed option fails first
     if args.num_threads is not None:
         import torch
 
         torch.set_num_threads(max(1, args.num_threads))
-    started = time.perf_counter()
     from rlkit.data import PromptDataError
 
     try:
@@ -265,37 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         # Unusable data is the user's to fix: one message and exit status 2, no traceback.
         print(f"rlkit eval: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
-    tokenizer = load_tokenizer(args.model)
-    with build_engine(args, tokenizer, args.n) as engine:
-        report = evaluate(
-            engine,
-            tokenizer,
-            dataset,
-            reward=reward,
-            n=args.n,
-            temperature=temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_new_tokens=args.max_new_tokens,
-            batch_size=args.batch_size,
-            use_chat_template=not args.no_chat_template,
-            seed=args.seed,
-            reward_options=reward_options,
-            reward_timeout_s=args.reward_timeout,
-            reward_workers=args.reward_workers,
-            progress=_progress_printer(args.quiet, started),
-        )
-    report.settings |= {
-        "model": str(args.model),
-        "dataset": args.dataset,
-        "split": args.split,
-        "limit": args.limit,
-        "engine": args.engine,
-        "command": shlex.join(["rlkit", "eval", *argv]),
-    }
+    report = _evaluate_model(args, args.model, dataset, reward, argv)
     output = Path(args.output) if args.output else _default_output(args)
     report.write_jsonl(output)
-    _print_report(args, report, reward, output)
+    _print_report(args, report, reward, output, args.model)
+    if args.compare:
+        _compare(args, report, dataset, reward, output, argv)
     return 0
 
 

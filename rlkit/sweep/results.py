@@ -1,4 +1,5 @@
-"""A sweep's results: final and best metrics per run as CSV and Markdown, curves as one PNG.
+"""A sweep's per-run results: final and best metrics per run as CSV and a Markdown table,
+every run's curves as one PNG (seeded sweeps aggregate these: :mod:`rlkit.sweep.aggregate`).
 
 "Final" is a metric's value at the last step that logged it; "best" is its
 maximum over the run (every validation metric rlkit logs -- mean@k, pass@k,
@@ -23,8 +24,25 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 
 
-def _matches(key: str, patterns: Sequence[str]) -> bool:
+def matches(key: str, patterns: Sequence[str]) -> bool:
+    """Whether metric ``key`` is one of ``patterns`` (a trailing ``*`` matches a prefix)."""
     return any(key.startswith(p[:-1]) if p.endswith("*") else key == p for p in patterns)
+
+
+def metric_series(metrics_path: str | Path, patterns: Sequence[str]) -> dict[str, dict[int, float]]:
+    """Metric -> step -> value of every finite metric matching ``patterns`` in a run's
+    ``metrics.jsonl`` (an empty dict without the file)."""
+    path = Path(metrics_path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return {}
+    series: dict[str, dict[int, float]] = {}
+    for record in read_metrics(path):
+        for key, value in record.items():
+            if key == "step" or not matches(key, patterns):
+                continue
+            if isinstance(value, int | float) and math.isfinite(value):
+                series.setdefault(key, {})[int(record["step"])] = float(value)
+    return series
 
 
 def run_metrics(
@@ -45,7 +63,7 @@ def run_metrics(
         return None, {}
     records = read_metrics(path)
     values: dict[str, float] = {}
-    keys = sorted({k for r in records for k in r if k != "step" and _matches(k, patterns)})
+    keys = sorted({k for r in records for k in r if k != "step" and matches(k, patterns)})
     for key in keys:
         points = [
             (r["step"], float(r[key]))
@@ -103,7 +121,7 @@ def write_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
     return path
 
 
-def _short_names(keys: Sequence[str]) -> dict[str, str]:
+def short_names(keys: Sequence[str]) -> dict[str, str]:
     """``val/arithmetic/mean@4`` -> ``mean@4`` when all keys share one data source."""
     stripped = {k: k.removeprefix("val/") for k in keys}
     sources = {v.split("/", 1)[0] for v in stripped.values() if "/" in v}
@@ -139,7 +157,7 @@ def markdown_table(
     metric_keys = list(
         dict.fromkeys(k.split(" ", 1)[1] for row in rows for k in row if k.startswith("final "))
     )
-    short = _short_names(metric_keys)
+    short = short_names(metric_keys)
     header = ["run", "status", *(a.rsplit(".", 1)[-1] for a in axis_names)]
     header += [f"{kind} {short[k]}" for k in metric_keys for kind in ("final", "best")]
     header += ["steps", "wall (s)"]
@@ -154,21 +172,6 @@ def markdown_table(
         cells += [row.get("steps"), None if wall is None else f"{wall:.0f}"]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
-
-
-def write_markdown(
-    rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str, axis_names: Sequence[str]
-) -> Path:
-    """``# <title>`` and :func:`markdown_table` into ``path``."""
-    path = Path(path)
-    completed = sum(r["status"] == "completed" for r in rows)
-    text = (
-        f"# {title}\n\n{completed} of {len(rows)} runs completed. Final = last logged value; "
-        f"best = maximum over the run.\n\n"
-        f"{markdown_table(rows, axis_names, base_dir=path.parent.resolve())}\n"
-    )
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def plot_sweep_curves(

@@ -2,10 +2,15 @@
 
 Each run is a separate process, so gin bindings, registries and RNG state of one
 run never leak into the next, and a crash (even a segfault or an out-of-memory
-kill) only fails that run. Its console output goes to ``<run dir>/train.log``;
-``<run dir>/sweep_run.json`` records the outcome, which is how a re-started
-sweep knows to skip the run (completed) or to run it again (failed or never
-finished; the trainer then resumes from its latest checkpoint).
+kill) only fails that run. Its console output goes to ``<run dir>/train.log``
+(each attempt appended after the last); ``<run dir>/sweep_run.json`` records the
+outcome, which is how a re-started sweep knows to skip the run (completed) or to
+run it again (failed or never finished; the trainer then resumes from its latest
+checkpoint, ``TrainerConfig.resume_mode = "auto"``).
+
+Runs may go several at once (``Sweep.max_parallel``): each then gets
+``TrainerConfig.num_threads`` as a leading binding, which is not part of the
+recorded arguments, so a sweep can be resumed with another parallelism.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +33,9 @@ STATUS_FILE = "sweep_run.json"
 LOG_FILE = "train.log"
 COMPLETED, FAILED = "completed", "failed"
 _KILL_GRACE_S = 10.0
+# The processes of runs under way, so that Ctrl-C can stop every one (several go at once).
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
 
 
 @dataclass
@@ -67,10 +76,21 @@ def config_digest(run: RunSpec) -> str:
     return digest.hexdigest()
 
 
-def train_command(run: RunSpec, run_dir: Path, launcher: str = "") -> list[str]:
-    """The command line of one run: ``<launcher or python> -m rlkit.train <args>``."""
+def thread_binding(threads: int | None) -> tuple[str, ...]:
+    """``("TrainerConfig.num_threads = N",)`` for a run given N threads, else ``()``."""
+    return () if threads is None else (f"TrainerConfig.num_threads = {int(threads)}",)
+
+
+def train_command(
+    run: RunSpec, run_dir: Path, launcher: str = "", threads: int | None = None
+) -> list[str]:
+    """The command line of one run: ``<launcher or python> -m rlkit.train <args>``.
+
+    ``threads`` (a parallel sweep's share of the cores) is bound before the run's own
+    bindings, so a thread count set in ``Sweep.bindings`` or the grid still wins.
+    """
     prefix = shlex.split(launcher) if launcher.strip() else [sys.executable]
-    return [*prefix, "-m", "rlkit.train", *run.train_args(run_dir)]
+    return [*prefix, "-m", "rlkit.train", *run.train_args(run_dir, thread_binding(threads))]
 
 
 def previous_record(run: RunSpec, run_dir: Path) -> RunRecord | None:
@@ -100,7 +120,12 @@ def previous_record(run: RunSpec, run_dir: Path) -> RunRecord | None:
 
 
 def execute(
-    run: RunSpec, run_dir: Path, *, launcher: str = "", timeout_s: float | None = None
+    run: RunSpec,
+    run_dir: Path,
+    *,
+    launcher: str = "",
+    timeout_s: float | None = None,
+    threads: int | None = None,
 ) -> RunRecord:
     """Run ``rlkit train`` for ``run`` into ``run_dir``; never raises for a failed run.
 
@@ -109,17 +134,19 @@ def execute(
         run_dir: its output directory (created).
         launcher: command prefix (see :class:`~rlkit.sweep.spec.SweepSpec`).
         timeout_s: stop the run (its whole process group) after this many seconds.
+        threads: bind ``TrainerConfig.num_threads`` to this (``None``: leave it).
 
     Returns:
         The :class:`RunRecord`, also written to ``run_dir/sweep_run.json``.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     log = run_dir / LOG_FILE
-    command = train_command(run, run_dir, launcher)
+    command = train_command(run, run_dir, launcher, threads)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     started = time.perf_counter()
-    with open(log, "w", encoding="utf-8") as fh:
-        fh.write("$ " + shlex.join(command) + "\n")
+    # Appended: the log of an attempt that failed or was interrupted stays readable.
+    with open(log, "a", encoding="utf-8") as fh:
+        fh.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}\n$ {shlex.join(command)}\n")
         fh.flush()
         # Its own process group, so a time-out also stops the workers a launcher starts.
         proc = subprocess.Popen(
@@ -144,7 +171,17 @@ def execute(
     return record
 
 
+def stop_running() -> None:
+    """Stop every run under way (each whole process group): Ctrl-C in a parallel sweep."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        _stop_group(proc)
+
+
 def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, str]:
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
     try:
         return proc.wait(timeout=timeout_s), ""
     except subprocess.TimeoutExpired:
@@ -153,6 +190,9 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None) -> tuple[int | None, 
     except BaseException:  # Ctrl-C: do not leave an orphaned training run behind
         _stop_group(proc)
         raise
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
 
 
 def _stop_group(proc: subprocess.Popen) -> None:

@@ -6,8 +6,10 @@ A sweep file binds :class:`SweepSpec` as ``Sweep.<field>``::
     Sweep.base_configs = ["experiments/demo.gin"]
     Sweep.grid = {
         "preset": ["grpo", "dr_grpo", "dapo"],     # algorithms/presets/<name>.gin
-        "TrainerConfig.seed": [0, 1],              # any gin binding
+        "OptimConfig.lr": [1e-4, 3e-4],            # any gin binding
     }
+    Sweep.seeds = [0, 1, 2]                        # replicates: every point once per seed
+    Sweep.compare = "grpo_lr=0.0003"               # paired differences to this point
     Sweep.bindings = ["TrainerConfig.total_steps = 20"]
     Sweep.output_dir = "runs/sweeps/demo_algorithms"
 
@@ -19,13 +21,19 @@ Grid axes are expanded as a Cartesian product, in the order written. An axis is
 
 Every run gets, in order: the base configs, its grid files, ``Sweep.bindings``,
 its grid bindings, and ``TrainerConfig.output_dir = "<output_dir>/<run name>"``
-(later bindings win in gin). The run name joins the labels of the axes that
-have more than one value, e.g. ``dapo_seed=1``.
+(later bindings win in gin). A grid point's name joins the labels of the axes
+that have more than one value, e.g. ``dapo_lr=0.0003``.
+
+With ``Sweep.seeds``, every grid point runs once per seed, bound last as
+``TrainerConfig.seed = <seed>``; the run name is ``<point>_seed=<seed>``
+(``dapo_lr=0.0003_seed=1``). Seeds are replicates, not an axis: the tables give
+their mean, spread and interval per point (:mod:`rlkit.sweep.aggregate`).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +69,12 @@ class SweepSpec:
             recorded as failed (``None``: no limit).
         metrics: metric names (``*`` suffix = prefix match) tabulated as final and best.
         curve_keys: metric names drawn in ``curves.png``.
+        seeds: replicate seeds; every grid point runs once per seed (empty: once, with
+            the experiment's own seed, tabulated per run as before).
+        compare: a grid point's name; every other point gets its paired difference to
+            it, seed by seed (empty: no comparison).
+        max_parallel: how many runs go at once (each gets an equal share of the CPU
+            cores as ``TrainerConfig.num_threads``); 1 runs them one after another.
     """
 
     name: str = "sweep"
@@ -72,6 +86,9 @@ class SweepSpec:
     run_timeout_s: float | None = None
     metrics: Sequence[str] = ("val/*",)
     curve_keys: Sequence[str] = ("critic/score/mean", "val/*")
+    seeds: Sequence[int] = ()
+    compare: str = ""
+    max_parallel: int = 1
 
 
 @dataclass(frozen=True)
@@ -83,16 +100,27 @@ class RunSpec:
         configs: gin files, in order.
         bindings: gin bindings, in order (without the output directory).
         axes: axis -> this run's value as text (a table column per axis).
+        point: the grid point's name (the run name without ``_seed=<seed>``).
+        seed: the replicate seed of a sweep with ``Sweep.seeds`` (else ``None``).
     """
 
     name: str
     configs: tuple[str, ...]
     bindings: tuple[str, ...]
     axes: dict[str, str]
+    point: str = ""
+    seed: int | None = None
 
-    def train_args(self, run_dir: str | Path) -> list[str]:
-        """Arguments of ``rlkit train`` for this run, writing into ``run_dir``."""
-        bindings = [*self.bindings, f"TrainerConfig.output_dir = {gin_literal(str(run_dir))}"]
+    def train_args(self, run_dir: str | Path, leading: Sequence[str] = ()) -> list[str]:
+        """Arguments of ``rlkit train`` for this run, writing into ``run_dir``.
+
+        ``leading`` bindings go before the run's own, so that those win over them.
+        """
+        bindings = [
+            *leading,
+            *self.bindings,
+            f"TrainerConfig.output_dir = {gin_literal(str(run_dir))}",
+        ]
         return [*self.configs, *(arg for b in bindings for arg in ("--gin_param", b))]
 
 
@@ -166,29 +194,34 @@ def _check_grid(grid: Mapping[str, Sequence[Any]]) -> None:
             raise SweepError(f"Sweep.grid[{axis!r}] must be a non-empty list, got {values!r}")
 
 
-def expand_grid(spec: SweepSpec, sweep_dir: Path | None = None) -> list[RunSpec]:
-    """One :class:`RunSpec` per point of ``spec.grid`` (Cartesian product, in written order).
+def _check_run_settings(spec: SweepSpec) -> None:
+    """Seeds, and how many runs go at once (see :class:`SweepSpec`)."""
+    if isinstance(spec.seeds, str) or not isinstance(spec.seeds, Sequence):
+        raise SweepError(f"Sweep.seeds must be a list of integers, got {spec.seeds!r}")
+    seeds = list(spec.seeds)
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise SweepError(f"Sweep.seeds must be a list of integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise SweepError(f"Sweep.seeds lists a seed twice: {seeds!r}")
+    if seeds and "TrainerConfig.seed" in spec.grid:
+        raise SweepError(
+            "Sweep.seeds and a 'TrainerConfig.seed' grid axis both set the seed: keep "
+            "Sweep.seeds (replicates, aggregated per point) and drop the axis"
+        )
+    if isinstance(spec.max_parallel, bool) or not isinstance(spec.max_parallel, int):
+        raise SweepError(f"Sweep.max_parallel must be an integer >= 1, got {spec.max_parallel!r}")
+    if spec.max_parallel < 1:
+        raise SweepError(f"Sweep.max_parallel must be >= 1, got {spec.max_parallel}")
 
-    Args:
-        spec: the sweep.
-        sweep_dir: the sweep file's directory (to resolve relative config paths).
 
-    Returns:
-        The runs, each with a unique name.
-
-    Raises:
-        SweepError: no base config, a malformed axis, an unknown preset or file,
-            or two grid points with the same run name.
-    """
-    if not spec.base_configs:
-        raise SweepError("Sweep.base_configs is empty: name the experiment gin file(s) to sweep")
-    _check_grid(spec.grid)
+def _grid_points(spec: SweepSpec, sweep_dir: Path | None) -> list[RunSpec]:
+    """One :class:`RunSpec` per grid point, named by its varying axes (no seed yet)."""
     base = tuple(str(find_config(c, sweep_dir)) for c in spec.base_configs)
     axes = list(spec.grid)
-    runs, seen = [], {}
-    for point in itertools.product(*(spec.grid[a] for a in axes)):
+    points, seen = [], {}
+    for values in itertools.product(*(spec.grid[a] for a in axes)):
         files, bindings, labels = [], [], {}
-        for axis, value in zip(axes, point):
+        for axis, value in zip(axes, values):
             labels[axis] = _value_text(axis, value)
             if axis == "preset":
                 files.append(str(_preset_file(str(value))))
@@ -201,24 +234,87 @@ def expand_grid(spec: SweepSpec, sweep_dir: Path | None = None) -> list[RunSpec]
         if name in seen:
             raise SweepError(f"grid points {seen[name]} and {labels} both make run name {name!r}")
         seen[name] = labels
-        runs.append(RunSpec(name, (*base, *files), (*spec.bindings, *bindings), labels))
-    return runs
+        points.append(RunSpec(name, (*base, *files), (*spec.bindings, *bindings), labels, name))
+    return points
+
+
+def expand_grid(spec: SweepSpec, sweep_dir: Path | None = None) -> list[RunSpec]:
+    """One :class:`RunSpec` per grid point and seed (Cartesian product, in written order).
+
+    Args:
+        spec: the sweep.
+        sweep_dir: the sweep file's directory (to resolve relative config paths).
+
+    Returns:
+        The runs, each with a unique name; with ``Sweep.seeds``, a point's seeds are
+        consecutive (``grpo_seed=0``, ``grpo_seed=1``, ``dapo_seed=0``, ...).
+
+    Raises:
+        SweepError: no base config, a malformed axis, an unknown preset or file, two
+            grid points with the same run name, bad seeds, or a ``Sweep.compare`` that
+            names no grid point.
+    """
+    if not spec.base_configs:
+        raise SweepError("Sweep.base_configs is empty: name the experiment gin file(s) to sweep")
+    _check_grid(spec.grid)
+    _check_run_settings(spec)
+    points = _grid_points(spec, sweep_dir)
+    check_compare(spec, [p.name for p in points])
+    if not spec.seeds:
+        return points
+    return [
+        RunSpec(
+            f"{p.name}_seed={seed}",
+            p.configs,
+            (*p.bindings, f"TrainerConfig.seed = {seed}"),
+            p.axes,
+            p.name,
+            seed,
+        )
+        for p in points
+        for seed in spec.seeds
+    ]
+
+
+def check_compare(spec: SweepSpec, point_names: Sequence[str]) -> None:
+    """Raise :class:`SweepError` unless ``Sweep.compare`` is empty or a grid point's name."""
+    if spec.compare and spec.compare not in point_names:
+        raise SweepError(
+            f"Sweep.compare = {spec.compare!r} is not a grid point; the points are: "
+            f"{', '.join(point_names)}"
+        )
+
+
+class _QuietSearchMisses(logging.Filter):
+    """Hide gin's "Path not found" for an include it then finds under a later search path."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Path not found:")
 
 
 def parse_sweep_file(path: str | Path, bindings: Sequence[str] = ()) -> SweepSpec:
     """Read a sweep gin file (plus extra ``Sweep.*`` bindings) into a :class:`SweepSpec`.
 
+    An ``include`` in the file is looked up in the current directory, then beside the
+    sweep file (so one sweep file can extend another).
+
     Raises:
-        SweepError: the file is missing or is not valid gin for ``Sweep``.
+        SweepError: the file (or a file it includes) is missing, or is not valid gin
+            for ``Sweep``.
     """
     path = Path(path)
     if not path.is_file():
         raise SweepError(f"sweep file {str(path)!r} not found")
     gin.clear_config()
+    gin.add_config_file_search_path(str(path.resolve().parent))
+    quiet = _QuietSearchMisses()
+    logging.getLogger().addFilter(quiet)
     try:
         gin.parse_config_files_and_bindings([str(path)], list(bindings))
         return SweepSpec()
-    except (ValueError, KeyError, SyntaxError, TypeError) as exc:
-        raise SweepError(f"bad sweep file {path}: {exc}") from exc
+    except (ValueError, KeyError, SyntaxError, TypeError, OSError) as exc:
+        message = " ".join(str(exc).split())  # gin adds the location on further lines
+        raise SweepError(f"bad sweep file {path}: {message}") from exc
     finally:
+        logging.getLogger().removeFilter(quiet)
         gin.clear_config()
