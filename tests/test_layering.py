@@ -1,4 +1,5 @@
-"""rlkit's units import each other without cycles and only downwards (docs/architecture.md).
+"""rlkit's units import each other without cycles and only downwards, and the modules
+inside a unit import each other without cycles (docs/architecture.md).
 
 A unit is a sub-package or top-level module of ``rlkit`` (``rlkit.device``,
 ``rlkit.train``), ``rlkit`` itself (its ``__init__``), or one of the packages
@@ -63,16 +64,27 @@ def unit_of(module: str) -> str | None:
     return f"rlkit.{parts[1]}" if is_unit else "rlkit"  # `from rlkit import __version__`: rlkit
 
 
+def import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of ``path``, wherever it is in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
+def from_module(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module of ``from <module> import ...`` in ``path`` (relative ones too)."""
+    package = path.relative_to(ROOT).parent.parts  # what `from .` means in this file
+    base = package[: len(package) - node.level + 1] if node.level else ()
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
 def imported_modules(path: Path) -> list[tuple[str, int]]:
     """(dotted module, line) of every import in ``path``; ``from a import b`` gives a.b too."""
-    package = path.relative_to(ROOT).parent.parts  # what `from .` means in this file
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in import_nodes(path):
         if isinstance(node, ast.Import):
             found += [(alias.name, node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package[: len(package) - node.level + 1] if node.level else ()
-            module = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            module = from_module(node, path)
             found.append((module, node.lineno))
             # `from rlkit import ops` imports the sub-package rlkit.ops.
             found += [(f"{module}.{alias.name}", node.lineno) for alias in node.names]
@@ -82,16 +94,69 @@ def imported_modules(path: Path) -> list[tuple[str, int]]:
 def import_graph() -> dict[str, dict[str, list[str]]]:
     """unit -> {imported unit -> ["file:line", ...]}, without a unit's imports of itself."""
     graph: dict[str, dict[str, list[str]]] = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT)
-            source = unit_of(".".join(rel.with_suffix("").parts).removesuffix(".__init__"))
-            graph.setdefault(source, {})
-            for module, line in imported_modules(path):
-                target = unit_of(module)
-                where = f"{rel}:{line}"
-                if target not in (None, source) and where not in graph[source].get(target, []):
-                    graph[source].setdefault(target, []).append(where)
+    for path in source_files():
+        source = unit_of(module_of(path))
+        graph.setdefault(source, {})
+        for module, line in imported_modules(path):
+            target = unit_of(module)
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if target not in (None, source) and where not in graph[source].get(target, []):
+                graph[source].setdefault(target, []).append(where)
+    return graph
+
+
+def source_files() -> list[Path]:
+    """Every ``.py`` file of rlkit's packages."""
+    return [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+
+
+def module_of(path: Path) -> str:
+    """The dotted module of a file (a package's ``__init__.py``: the package)."""
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def imported_project_modules(path: Path, modules: set[str]) -> list[tuple[str, int]]:
+    """(module, line) for every import in ``path`` of one of ``modules``: the module whose
+    code the statement runs. ``from a import b`` is ``a.b`` when that is a module, else
+    ``a``; ``import a.b.c`` is the longest of ``a.b.c``, ``a.b``, ``a`` that is one.
+
+    The ``__init__`` of the packages above it, which Python runs first, is not counted:
+    a package whose ``__init__`` imports its own modules (to re-export them) would
+    otherwise be in a cycle with each of them that imports a sibling.
+    """
+
+    def known(name: str) -> str | None:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        return ".".join(parts) or None
+
+    found = []
+    for node in import_nodes(path):
+        if isinstance(node, ast.Import):
+            targets = [known(alias.name) for alias in node.names]
+        else:
+            module = from_module(node, path)
+            targets = [
+                f"{module}.{alias.name}" if f"{module}.{alias.name}" in modules else known(module)
+                for alias in node.names
+            ]
+        found += [(target, node.lineno) for target in targets if target is not None]
+    return found
+
+
+def module_graph() -> dict[str, dict[str, list[str]]]:
+    """module -> {imported module -> ["file:line", ...]} over rlkit's packages."""
+    files = source_files()
+    modules = {module_of(path) for path in files}
+    graph: dict[str, dict[str, list[str]]] = {}
+    for path in files:
+        source = module_of(path)
+        graph.setdefault(source, {})
+        for target, line in imported_project_modules(path, modules):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            if target != source and where not in graph[source].get(target, []):
+                graph[source].setdefault(target, []).append(where)
     return graph
 
 
@@ -124,18 +189,37 @@ def cycles(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
     return found
 
 
+def describe(graph: dict[str, dict[str, list[str]]], component: list[str]) -> str:
+    """A cycle and the imports that make it (three places per edge at most)."""
+    edges = [
+        f"  {a} -> {b}: {', '.join(graph[a][b][:3])}"
+        for a in component
+        for b in component
+        if b in graph[a]
+    ]
+    return "cycle: " + " <-> ".join(component) + "\n" + "\n".join(edges)
+
+
 def test_no_import_cycle_between_units():
     graph = import_graph()
-    problems = []
-    for component in cycles(graph):
-        edges = [
-            f"  {a} -> {b}: {', '.join(graph[a][b][:3])}"
-            for a in component
-            for b in component
-            if b in graph[a]
-        ]
-        problems.append("cycle: " + " <-> ".join(component) + "\n" + "\n".join(edges))
+    problems = [describe(graph, component) for component in cycles(graph)]
     assert not problems, "\n".join(problems)
+
+
+#: Import cycles between the modules of one unit that are known and not broken yet, each
+#: the sorted modules of the cycle, with a comment naming who breaks it. Keep it empty:
+#: delete an entry once its cycle is broken (the test fails on an entry that is no
+#: longer a cycle, so none outlives its cycle).
+KNOWN_MODULE_CYCLES: tuple[tuple[str, ...], ...] = ()
+
+
+def test_no_import_cycle_between_modules():
+    graph = module_graph()
+    found = {tuple(component) for component in cycles(graph)}
+    problems = [describe(graph, list(c)) for c in sorted(found - set(KNOWN_MODULE_CYCLES))]
+    assert not problems, "\n".join(problems)
+    stale = sorted(set(KNOWN_MODULE_CYCLES) - found)
+    assert not stale, f"KNOWN_MODULE_CYCLES entries that are no cycle any more: {stale}"
 
 
 def test_every_unit_imports_only_its_layer_or_below():

@@ -2,13 +2,8 @@
 experiment trackers (wandb, MLflow, SwanLab), plots."""
 
 from rlkit.logging.learning_curve import plot_learning_curves
-from rlkit.logging.metrics_logger import (
-    LoggerStartWarning,
-    MetricsLogger,
-    default_loggers,
-    read_metrics,
-    repair_metrics,
-)
+from rlkit.logging.metrics_file import read_metrics, repair_metrics
+from rlkit.logging.metrics_logger import LoggerStartWarning, MetricsLogger, default_loggers
 from rlkit.logging.trackers import LoggerContext, Sink, mlflow_key
 
 __all__ = [

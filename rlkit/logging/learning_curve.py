@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: CI and servers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlkit.logging.metrics_logger import read_metrics  # noqa: E402
+from rlkit.logging.metrics_file import read_metrics  # noqa: E402
 
 
 def plot_learning_curves(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlkit.logging.metrics_file import repair_metrics
 from rlkit.registry import LOGGERS
 
 CONSOLE_KEYS = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "response_length/mean")
@@ -99,8 +100,6 @@ class JsonlSink:
     """``metrics.jsonl``: one JSON object per step, non-finite values as strings."""
 
     def __init__(self, ctx: LoggerContext) -> None:
-        from rlkit.logging.metrics_logger import repair_metrics
-
         path = ctx.output_dir / "metrics.jsonl"
         if ctx.keep_through_step is not None and path.exists():
             repair_metrics(path, keep_through_step=ctx.keep_through_step)

@@ -1,8 +1,20 @@
 """Rollout engines. Importing this package registers the built-in ones."""
 
-from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+from rlkit.rollout.base import (
+    PolicyWeights,
+    RolloutBatch,
+    RolloutEngine,
+    SamplingParams,
+    split_engine_metrics,
+)
 
-__all__ = ["PolicyWeights", "RolloutBatch", "RolloutEngine", "SamplingParams"]
+__all__ = [
+    "PolicyWeights",
+    "RolloutBatch",
+    "RolloutEngine",
+    "SamplingParams",
+    "split_engine_metrics",
+]
 
 # Built-in engines register themselves on import.
 from rlkit.rollout import (

@@ -42,7 +42,7 @@ from rlkit.registry import AGENT_LOOPS
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.observations import ObservationRenderer
 from rlkit.rollout.trajectory import NOT_GENERATED, Trajectory, trajectories_from_rollout
-from rlkit.rollout.turns import run_turns, turn_generator
+from rlkit.rollout.turns import run_turns
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ class _Episode:
             if config.interaction
             else None
         )
-        self.turns = turn_generator(engine, params)
+        self.turns = engine.turns(params)
         # Tools and the user run in worker threads, so decoding goes on meanwhile.
         self.workers = concurrent.futures.ThreadPoolExecutor(
             config.max_parallel_tools, thread_name_prefix="tool"

@@ -7,76 +7,31 @@ registered callable is a factory called by the trainer as
 ``factory(model_path=..., tokenizer=..., weights=..., seed=..., **engine_options)``
 (``weights`` is the trainer's :class:`PolicyWeights`) returning a
 :class:`RolloutEngine`; ``engine_options`` come from the gin config.
+
+An engine also declares the metric names its :class:`RolloutBatch` and turn generators
+emit (:attr:`RolloutEngine.counters`, :attr:`RolloutEngine.gauges`), which
+:func:`split_engine_metrics` sorts for the trainer.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
+from rlkit.rollout.sampling import RolloutBatch, SamplingParams
+from rlkit.rollout.turns import BatchedTurns, TurnGenerator
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to sample. ``n`` responses are drawn for every prompt.
-
-    ``top_k <= 0`` and ``top_p == 1`` disable those filters; ``temperature == 0``
-    means greedy decoding. ``stop_token_ids`` end a response (the stop token is
-    kept in the response, as EOS is).
-    """
-
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    n: int = 1
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int | None = None
-
-
-@dataclass
-class RolloutBatch:
-    """Responses for ``len(prompt_ids) // n`` prompts, grouped contiguously.
-
-    For prompts ``[p0, p1]`` and ``n = 2`` the rows are
-    ``[p0 r0, p0 r1, p1 r0, p1 r1]`` and ``prompt_index == [0, 0, 1, 1]``.
-
-    Attributes:
-        prompt_ids: the prompt's token ids, one list per row.
-        response_ids: generated token ids per row (EOS / stop token included if produced).
-        rollout_log_probs: log-prob of each generated token under the sampling
-            distribution (temperature, top-k and top-p applied), same lengths as
-            ``response_ids``.
-        finish_reasons: ``"stop"`` (EOS / stop token) or ``"length"`` per row.
-        prompt_index: index of the row's prompt in the request.
-        metrics: engine-side numbers (e.g. ``rollout/num_retries``), logged as is.
-    """
-
-    prompt_ids: list[list[int]]
-    response_ids: list[list[int]]
-    rollout_log_probs: list[list[float]]
-    finish_reasons: list[str]
-    prompt_index: list[int]
-    metrics: dict[str, float] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.response_ids)
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` if the per-row lists disagree in length."""
-        n = len(self.response_ids)
-        for name in ("prompt_ids", "rollout_log_probs", "finish_reasons", "prompt_index"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(
-                    f"RolloutBatch.{name} has {len(getattr(self, name))} rows, expected {n}"
-                )
-        for i, (ids, lps) in enumerate(zip(self.response_ids, self.rollout_log_probs)):
-            if len(ids) != len(lps):
-                raise ValueError(f"row {i}: {len(ids)} response tokens but {len(lps)} log-probs")
+__all__ = [
+    "PolicyWeights",
+    "RolloutBatch",
+    "RolloutEngine",
+    "SamplingParams",
+    "split_engine_metrics",
+]
 
 
 class PolicyWeights(Protocol):
@@ -108,12 +63,28 @@ class PolicyWeights(Protocol):
 class RolloutEngine(abc.ABC):
     """Generates responses; receives new weights after each policy update."""
 
-    #: True if the engine generates with the trainer's live module (no copy).
-    shares_trainer_module: bool = False
+    counters: tuple[str, ...] = ()
+    """Metric names whose values add up over processes and generation rounds: the ones
+    this engine's :class:`RolloutBatch` or turn generator may emit as counts (requests
+    sent, KV ids reused, ...)."""
+
+    gauges: tuple[str, ...] = ()
+    """States of the engine's servers, reported as the main process's latest value
+    (servers usable, restarts so far): they do not add up over processes."""
 
     @abc.abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
         """Sample ``params.n`` responses for every prompt (token ids, no padding)."""
+
+    def turns(self, params: SamplingParams) -> TurnGenerator:
+        """A generator of multi-turn rollouts' turns, each sampled with ``params``
+        (``n = 1``).
+
+        By default the turns asked for together are batched through :meth:`generate`
+        (:class:`~rlkit.rollout.turns.BatchedTurns`), each prefilling its whole context
+        again; an engine that can keep a trajectory's context between its turns (a KV
+        cache, a server's prefix cache) returns its own."""
+        return BatchedTurns(self, params)
 
     @abc.abstractmethod
     def sync_weights(self, weights: PolicyWeights) -> dict[str, float]:
@@ -134,3 +105,28 @@ class RolloutEngine(abc.ABC):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def split_engine_metrics(
+    engine: RolloutEngine, metrics: Mapping[str, float]
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """``metrics`` (a rollout's, from an agent loop) as ``(counters, gauges, undeclared)``.
+
+    ``counters`` and ``gauges`` hold the names ``engine`` declares as such
+    (:attr:`RolloutEngine.counters`, :attr:`RolloutEngine.gauges`); ``undeclared`` the
+    rest, which the caller should name in a warning rather than drop unseen. Per-call
+    rates (names ending in ``_per_s``, e.g. ``rollout/response_tokens_per_s``) are in
+    none of the three: a rate adds up over no processes or rounds, and is left in the
+    engine's :class:`RolloutBatch` by design.
+    """
+    counters: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    undeclared: dict[str, float] = {}
+    for name, value in metrics.items():
+        if name in engine.counters:
+            counters[name] = value
+        elif name in engine.gauges:
+            gauges[name] = value
+        elif not name.endswith("_per_s"):
+            undeclared[name] = value
+    return counters, gauges, undeclared

@@ -146,7 +146,9 @@ class HFEngine(RolloutEngine):
             the turns through :meth:`generate` instead (sliding-window models).
     """
 
-    shares_trainer_module = True
+    # generate emits no metric; the multi-turn ContinuousDecoder counts the context ids it
+    # served from a trajectory's kept KV cache.
+    counters: tuple[str, ...] = ("rollout/kv_reused_tokens",)
 
     def __init__(
         self,

@@ -77,13 +77,6 @@ class Trajectory:
         """Tokens the policy sampled (``sum(loss_mask)``)."""
         return sum(self.loss_mask)
 
-    def last_generated(self) -> int:
-        """Position of the last token the policy sampled, or -1 if none."""
-        for i in range(len(self.loss_mask) - 1, -1, -1):
-            if self.loss_mask[i]:
-                return i
-        return -1
-
     def validate(self, where: str = "trajectory") -> None:
         """Raise ``ValueError`` naming the first inconsistency.
 

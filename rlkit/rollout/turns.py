@@ -11,15 +11,17 @@ batched is the engine's business:
   worker thread so tools keep running. Each turn prefills its whole context again.
 * The embedded engine continues each trajectory's KV cache across turns
   (:mod:`rlkit.rollout.continuous_decode`); SGLang sends each turn as its own
-  request (:mod:`rlkit.rollout.sglang.turns`), the server's prefix cache reusing
-  the context.
+  request (:class:`rlkit.rollout.sglang.engine.SGLangTurns`), the server's prefix
+  cache reusing the context.
 
-An engine offers its own by a ``turns(params)`` method; :func:`turn_generator` falls
-back to :class:`BatchedTurns`. Usage (what :func:`rlkit.rollout.agent_loop.tool_agent`
-does)::
+Every engine's :meth:`RolloutEngine.turns` returns its generator; the default is
+:class:`BatchedTurns`. Usage (what :func:`rlkit.rollout.agent_loop.tool_agent` does)::
 
-    turns = turn_generator(engine, params)
+    turns = engine.turns(params)
     result = run_turns(turns, main())  # main() awaits turns.generate(...) per row
+
+This module imports nothing of :mod:`rlkit.rollout.base`, which imports it for that
+default: an engine here is anything with ``generate`` (:class:`BatchGenerator`).
 """
 
 from __future__ import annotations
@@ -27,16 +29,22 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from rlkit.rollout.base import SamplingParams
-
-if TYPE_CHECKING:
-    from rlkit.rollout.base import RolloutEngine
+from rlkit.rollout.sampling import RolloutBatch, SamplingParams
 
 T = TypeVar("T")
+
+
+class BatchGenerator(Protocol):
+    """What :class:`BatchedTurns` needs of an engine: its ``generate``
+    (:meth:`rlkit.rollout.base.RolloutEngine.generate`)."""
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> RolloutBatch: ...
 
 
 @dataclass
@@ -92,7 +100,7 @@ class _Pending:
 
 
 class BatchedTurns(TurnGenerator):
-    """Turns of any :class:`RolloutEngine`, batched through its ``generate``.
+    """Turns of any engine, batched through its ``generate``.
 
     The turns asked for since the last call go together, grouped by budget (one
     ``generate`` per distinct ``max_new_tokens``), in a worker thread. With ``synced``
@@ -100,7 +108,9 @@ class BatchedTurns(TurnGenerator):
     with nothing to generate when it has no turn waiting, until all are done.
     """
 
-    def __init__(self, engine: RolloutEngine, params: SamplingParams, synced: bool = False) -> None:
+    def __init__(
+        self, engine: BatchGenerator, params: SamplingParams, synced: bool = False
+    ) -> None:
         super().__init__(params)
         self.engine, self.synced = engine, synced
         self._pending: list[_Pending] = []
@@ -165,29 +175,42 @@ class BatchedTurns(TurnGenerator):
                 )
 
 
+class WrappableEngine(BatchGenerator, Protocol):
+    """What :class:`GenerateOnly` forwards to: a :class:`~rlkit.rollout.base.RolloutEngine`."""
+
+    counters: tuple[str, ...]
+    gauges: tuple[str, ...]
+
+    def sync_weights(self, weights: Any) -> dict[str, float]: ...
+
+    def close(self) -> None: ...
+
+
 class GenerateOnly:
     """An engine seen through ``generate`` and ``sync_weights`` only, so its turns go
     through :class:`BatchedTurns` (every turn prefills its context again): the baseline
-    that an engine's own turn generator is compared with."""
+    that an engine's own turn generator is compared with.
 
-    def __init__(self, engine: RolloutEngine) -> None:
+    It stands in for a :class:`~rlkit.rollout.base.RolloutEngine` without being one (this
+    module is below that interface), declaring the wrapped engine's metric names.
+    """
+
+    def __init__(self, engine: WrappableEngine) -> None:
         self.engine = engine
+        self.counters: tuple[str, ...] = engine.counters
+        self.gauges: tuple[str, ...] = engine.gauges
 
-    def generate(self, prompt_ids: Any, params: SamplingParams) -> Any:
+    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
         return self.engine.generate(prompt_ids, params)
+
+    def turns(self, params: SamplingParams) -> TurnGenerator:
+        return BatchedTurns(self, params)
 
     def sync_weights(self, weights: Any) -> dict[str, float]:
         return self.engine.sync_weights(weights)
 
     def close(self) -> None:
         self.engine.close()
-
-
-def turn_generator(engine: RolloutEngine, params: SamplingParams) -> TurnGenerator:
-    """The engine's own turn generator (its ``turns(params)`` method), else
-    :class:`BatchedTurns` over its ``generate``."""
-    own = getattr(engine, "turns", None)
-    return own(params) if callable(own) else BatchedTurns(engine, params)
 
 
 def run_turns(turns: TurnGenerator, main: Coroutine[Any, Any, T]) -> T:

@@ -104,6 +104,15 @@ class SGLangEngine(RolloutEngine):
             only reports.
     """
 
+    # The counts of generate and SGLangTurns; the server states of ServerPool.stats(),
+    # which generate adds to its batch's metrics.
+    counters: tuple[str, ...] = (
+        "rollout/num_requests",
+        "rollout/num_retries",
+        "rollout/duplicates_dropped",
+    )
+    gauges: tuple[str, ...] = ("rollout/servers_usable", "rollout/server_restarts")
+
     def __init__(
         self,
         *,

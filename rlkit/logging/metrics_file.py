@@ -1,0 +1,73 @@
+"""``metrics.jsonl`` on disk: reading it back, and repairing it before a resumed run
+appends to it.
+
+The jsonl sink (:mod:`rlkit.logging.trackers`) repairs the file and the learning curves
+read it. These functions live apart from :class:`~rlkit.logging.MetricsLogger`, which
+imports the sinks to start them, so that the sinks need nothing of the logger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Load a ``metrics.jsonl``; a later record for the same step replaces an earlier one
+    (a resumed run re-logs the steps after its checkpoint)."""
+    by_step: dict[tuple[int, tuple[str, ...]], dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line_no, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: not valid JSON ({exc})") from exc
+            by_step[(rec["step"], tuple(sorted(rec)))] = rec
+    return sorted(by_step.values(), key=lambda r: r["step"])
+
+
+def repair_metrics(path: str | Path, *, keep_through_step: int) -> None:
+    """Make ``metrics.jsonl`` safe to append to after a crash or an interrupted run.
+
+    A truncated last line (a crash or a full disk mid-write) is cut back to the last
+    complete line, and records of steps after ``keep_through_step`` (logged after the
+    checkpoint a run resumes from, so about to be logged again) are dropped, each with a
+    warning. The file is rewritten atomically, and only when something changes.
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    complete = data[: data.rfind(b"\n") + 1]
+    if len(complete) < len(data):
+        warnings.warn(
+            f"{path}: cut an incomplete last line ({len(data) - len(complete)} bytes, from "
+            "an interrupted write)",
+            stacklevel=2,
+        )
+    lines = complete.splitlines(keepends=True)
+    kept = [ln for ln in lines if not ln.strip() or _step_of(ln) <= keep_through_step]
+    if len(kept) < len(lines):
+        warnings.warn(
+            f"{path}: dropped {len(lines) - len(kept)} record(s) of steps after "
+            f"{keep_through_step}; they are logged again from the resumed checkpoint",
+            stacklevel=2,
+        )
+    if len(complete) == len(data) and len(kept) == len(lines):
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(b"".join(kept))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _step_of(line: bytes) -> int:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return -1  # not a record of this logger: keep it, read_metrics reports it

@@ -1,0 +1,75 @@
+"""What a rollout engine is asked for and what it returns: :class:`SamplingParams` in,
+:class:`RolloutBatch` out.
+
+Kept apart from the engine interface (:mod:`rlkit.rollout.base`) so that the turn
+generators (:mod:`rlkit.rollout.turns`), one of which the interface's default
+``RolloutEngine.turns`` returns, use these types without importing the interface:
+``base`` imports ``turns``, and both import this module. ``rlkit.rollout.base`` and
+``rlkit.rollout`` export both names too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. ``n`` responses are drawn for every prompt.
+
+    ``top_k <= 0`` and ``top_p == 1`` disable those filters; ``temperature == 0``
+    means greedy decoding. ``stop_token_ids`` end a response (the stop token is
+    kept in the response, as EOS is).
+    """
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    n: int = 1
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class RolloutBatch:
+    """Responses for ``len(prompt_ids) // n`` prompts, grouped contiguously.
+
+    For prompts ``[p0, p1]`` and ``n = 2`` the rows are
+    ``[p0 r0, p0 r1, p1 r0, p1 r1]`` and ``prompt_index == [0, 0, 1, 1]``.
+
+    Attributes:
+        prompt_ids: the prompt's token ids, one list per row.
+        response_ids: generated token ids per row (EOS / stop token included if produced).
+        rollout_log_probs: log-prob of each generated token under the sampling
+            distribution (temperature, top-k and top-p applied), same lengths as
+            ``response_ids``.
+        finish_reasons: ``"stop"`` (EOS / stop token) or ``"length"`` per row.
+        prompt_index: index of the row's prompt in the request.
+        metrics: engine-side numbers: the names the engine declares in
+            :attr:`~rlkit.rollout.base.RolloutEngine.counters` and
+            :attr:`~rlkit.rollout.base.RolloutEngine.gauges` (logged with the step), and
+            per-call rates such as ``rollout/response_tokens_per_s`` (not logged).
+    """
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    rollout_log_probs: list[list[float]]
+    finish_reasons: list[str]
+    prompt_index: list[int]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.response_ids)
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` if the per-row lists disagree in length."""
+        n = len(self.response_ids)
+        for name in ("prompt_ids", "rollout_log_probs", "finish_reasons", "prompt_index"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(
+                    f"RolloutBatch.{name} has {len(getattr(self, name))} rows, expected {n}"
+                )
+        for i, (ids, lps) in enumerate(zip(self.response_ids, self.rollout_log_probs)):
+            if len(ids) != len(lps):
+                raise ValueError(f"row {i}: {len(ids)} response tokens but {len(lps)} log-probs")
