@@ -1,23 +1,29 @@
-"""Time every registered advantage estimator against its loop reference and a copy floor.
+"""Time every registered advantage estimator: plain vs fused math, a loop reference, a copy floor.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/estimators.py                 # B=512, T=4096, float32
+    .venv/bin/python benchmarks/estimators.py --sizes 64x1024 512x4096 --clock cpu
     .venv/bin/python benchmarks/estimators.py --batch 64 --length 512 --mask multi_turn
 
-For each estimator it prints one Markdown row: the median time of the
-vectorised estimator, of the memory-copy floor (cloning the tensors that
-estimator reads), of the loop reference in ``tests/reference/estimator_loops.py``
-(verl's formulas, step by step), their ratios, and the largest difference from
-the reference on valid tokens (a sanity check that both computed the same
-thing). Floor and estimator are timed alternately, so background load hits
-both alike. Slow loop references can be timed on the first ``--reference-rows``
-rows and scaled linearly to the full batch (marked "scaled" in the table).
+For each size and estimator it prints one Markdown row: the median time of the
+estimator with the default math (the fused scan where the estimator keeps one,
+``estimators.math_mode.FUSED_PATHS``) and, for those, with the plain loop over time
+(``estimators.plain_math()``) and their ratio (a fused path stays only while plain /
+fused >= 1.2 at realistic sizes); the memory-copy floor (cloning the tensors that
+estimator reads); the loop reference in ``estimators/reference/estimator_loops.py``
+(verl's formulas, step by step); their ratios; and the largest difference from the
+reference on valid tokens (a sanity check that both computed the same thing). The
+variants and the floor are timed alternately, so background load hits all alike.
+Slow loop references can be timed on the first ``--reference-rows`` rows and scaled
+linearly to the full batch (marked "scaled" in the table). Each table is headed by
+the CPU's model name (``/proc/cpuinfo``).
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import sys
 import time
@@ -36,8 +42,9 @@ elif str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import estimators  # noqa: E402
+from estimators import math_mode  # noqa: E402
+from estimators.reference import estimator_loops  # noqa: E402
 from rlkit.registry import ESTIMATORS  # noqa: E402
-from tests.reference import estimator_loops  # noqa: E402
 
 #: Estimator-specific settings used in the benchmark (others take the defaults).
 SETTINGS: dict[str, dict[str, float]] = {
@@ -46,7 +53,27 @@ SETTINGS: dict[str, dict[str, float]] = {
 }
 #: The ratio to the copy floor every estimator should stay within.
 TARGET_RATIO = 10.0
+#: The least plain / fused ratio for which a fused path is worth keeping.
+KEEP_FUSED_RATIO = 1.2
 GROUP_SIZE = 8
+
+
+def cpu_name() -> str:
+    """The CPU's "model name" from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"64x1024"`` -> (64, 1024)."""
+    batch, _, length = text.lower().partition("x")
+    return int(batch), int(length)
 
 
 def make_inputs(batch: int, length: int, mask_kind: str, seed: int = 0) -> dict[str, Any]:
@@ -128,26 +155,45 @@ def _max_difference(ours: torch.Tensor, reference: torch.Tensor, mask: torch.Ten
     return ((ours - reference)[mask].abs().max() / scale).item()
 
 
+def _with_math(mode: str, run: Callable[[], Any]) -> Callable[[], Any]:
+    """``run`` wrapped to execute with ``mode``'s math (``estimators.math_mode``)."""
+
+    def call() -> Any:
+        with math_mode.use_math(mode):
+            return run()
+
+    return call
+
+
 def benchmark_one(
     name: str, inputs: dict[str, Any], repeats: int, reference_rows: int
 ) -> dict[str, Any]:
-    """Median timings of one estimator, its copy floor and its loop reference.
+    """Median timings of one estimator (default and plain math), its copy floor and
+    its loop reference.
 
     Returns:
-        name, ms, floor_ms, reference_ms, reference_scaled (bool) and max_diff
-        (largest |ours - reference| on valid tokens, relative to max(1, |ref|)).
+        name, ms (default math), plain_ms (None without a fused path), floor_ms,
+        reference_ms, reference_scaled (bool) and max_diff (largest |ours - reference|
+        on valid tokens, relative to max(1, |ref|)).
     """
     fn = estimators.get(name)
     settings = SETTINGS.get(name, {})
     inputs = _with_declared(name, inputs)
     read = _read_inputs(name, inputs)
     run = lambda: fn(**inputs, **settings)  # noqa: E731
-    copy = lambda: [t.clone() for t in read]  # noqa: E731
-    run(), copy()  # warm-up
-    ours, floor = [], []
+    variants = {
+        "floor_ms": lambda: [t.clone() for t in read],
+        "ms": _with_math("fused", run),
+    }
+    if name in math_mode.FUSED_PATHS:
+        variants["plain_ms"] = _with_math("plain", run)
+    for call in variants.values():
+        call()  # warm-up
+    times: dict[str, list[float]] = {key: [] for key in variants}
     for _ in range(repeats):
-        floor.append(_seconds(copy))
-        ours.append(_seconds(run))
+        for key, call in variants.items():
+            times[key].append(_seconds(call))
+    medians = {key: statistics.median(t) * 1e3 for key, t in times.items()}
     batch = inputs["response_mask"].shape[0]
     # Whole groups only: a cut group would be a singleton, where verl differs on purpose.
     rows = min(batch, max(GROUP_SIZE, reference_rows - reference_rows % GROUP_SIZE))
@@ -158,8 +204,9 @@ def benchmark_one(
     ours_out, ref_out = fn(**sub, **settings)[0], reference()[0]
     return {
         "name": name,
-        "ms": statistics.median(ours) * 1e3,
-        "floor_ms": statistics.median(floor) * 1e3,
+        "ms": medians["ms"],
+        "plain_ms": medians.get("plain_ms"),
+        "floor_ms": medians["floor_ms"],
         "reference_ms": ref_ms,
         "reference_scaled": rows < batch,
         "max_diff": _max_difference(ours_out, ref_out, sub["response_mask"]),
@@ -169,15 +216,22 @@ def benchmark_one(
 def format_table(results: Sequence[dict[str, Any]]) -> str:
     """Markdown table of :func:`benchmark_one` results, one row per estimator."""
     lines = [
-        "| estimator | ms | copy floor ms | x floor | loop ref. ms | loop / ours | max diff vs loop |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| estimator | default path | ms | plain ms | plain / fused | copy floor ms | x floor "
+        "| loop ref. ms | loop / ours | max diff vs loop |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         ratio = r["ms"] / r["floor_ms"] if r["floor_ms"] > 0 else float("inf")
         flag = "" if ratio <= TARGET_RATIO else " (over target)"
         scaled = " (scaled)" if r["reference_scaled"] else ""
+        plain = r["plain_ms"]
+        plain_cells = (
+            f"fused | {r['ms']:.2f} | {plain:.2f} | {plain / r['ms']:.2f}"
+            if plain is not None
+            else f"plain only | {r['ms']:.2f} | - | -"
+        )
         lines.append(
-            f"| {r['name']} | {r['ms']:.2f} | {r['floor_ms']:.2f} | {ratio:.1f}{flag} | "
+            f"| {r['name']} | {plain_cells} | {r['floor_ms']:.2f} | {ratio:.1f}{flag} | "
             f"{r['reference_ms']:.1f}{scaled} | {r['reference_ms'] / r['ms']:.0f}x | "
             f"{r['max_diff']:.1e} |"
         )
@@ -189,6 +243,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=512, help="B (default 512)")
     parser.add_argument("--length", type=int, default=4096, help="T (default 4096)")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=None,
+        help="sizes BxT to run in turn, e.g. 64x1024 512x4096 (overrides --batch/--length)",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed runs per estimator")
     parser.add_argument("--mask", choices=("right_padded", "multi_turn"), default="right_padded")
     parser.add_argument(
@@ -212,16 +272,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     _clock = CLOCKS[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
-    inputs = make_inputs(args.batch, args.length, args.mask)
     names = args.only or estimators.names()
-    print(
-        f"B={args.batch} T={args.length} float32, {args.mask} bool mask, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
-        f"{args.clock} clock, median of {args.repeats}"
-    )
-    print()
-    results = [benchmark_one(n, inputs, args.repeats, args.reference_rows) for n in names]
-    print(format_table(results))
+    sizes = [parse_size(t) for t in args.sizes] if args.sizes else [(args.batch, args.length)]
+    for batch, length in sizes:
+        inputs = make_inputs(batch, length, args.mask)
+        print(
+            f"B={batch} T={length} float32, {args.mask} bool mask, {cpu_name()}, "
+            f"torch {torch.__version__}, {torch.get_num_threads()} CPU thread(s), "
+            f"{args.clock} clock, median of {args.repeats}; ms: the default math (the "
+            f"fused scan where the estimator keeps one)"
+        )
+        print()
+        results = [benchmark_one(n, inputs, args.repeats, args.reference_rows) for n in names]
+        print(format_table(results))
+        print()
     return 0
 
 

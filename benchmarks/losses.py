@@ -1,28 +1,37 @@
-"""Benchmark every registered policy loss: forward + backward at (B, T) float32.
+"""Benchmark every registered policy loss: forward + backward, plain vs fused math, at (B, T).
 
 Usage::
 
-    .venv/bin/python benchmarks/losses.py [--batch 512 --length 4096 --repeats 5]
-        [--threads 1] [--device cpu|cuda] [--no-loop]
+    .venv/bin/python benchmarks/losses.py [--sizes 64x1024 512x4096 --repeats 5]
+        [--batch 512 --length 4096] [--threads 1] [--device cpu|cuda] [--no-loop]
 
-For each loss it reports the median time of ``loss, _ = fn(...);
-loss.backward()`` (process CPU time on CPU, synchronised wall time on CUDA),
-the memory-copy floor (cloning the four (B, T) inputs, the least any loss must
-touch; timed alternately with the loss so that machine load affects both
-alike) and the ratio between them; the loop reference
-(``tests/reference/loss_loops.py``) timed on a small float64 sub-batch and
-scaled linearly to the full size (it would take days otherwise); and the
-difference between the loss and its loop reference on that sub-batch. Prints a
-Markdown table. Target: every loss within 20x the copy floor.
+For each size and loss it reports, in float32:
+
+* the median time of ``loss, _ = fn(...); loss.backward()`` with the default math
+  (the fused path where the loss keeps one, ``algorithms.math_mode.FUSED_PATHS``) and,
+  for those losses, with the plain math (``algorithms.plain_math()``), and their ratio:
+  a fused path stays only while plain / fused >= 1.2 at realistic sizes. Process CPU
+  time on CPU, synchronised wall time on CUDA; the variants are timed alternately,
+  with the memory-copy floor (cloning the four (B, T) inputs, the least any loss must
+  touch), so machine load affects all alike;
+* the memory autograd keeps for the backward pass (the tensors saved by the forward,
+  the inputs themselves not counted), for both maths;
+* the loop reference (``algorithms/reference/policy_loss_loops.py``) timed on a small
+  float64 sub-batch and scaled linearly to the full size (it would take days
+  otherwise), and the difference between the loss and its loop reference there.
+
+Prints one Markdown table per size, headed by the CPU's model name
+(``/proc/cpuinfo``). Target: every loss within 20x the copy floor.
 """
 
 from __future__ import annotations
 
 import argparse
+import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -30,7 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import algorithms  # noqa: E402
-from tests.reference import loss_loops  # noqa: E402
+from algorithms import math_mode  # noqa: E402
+from algorithms.reference import policy_loss_loops  # noqa: E402
 
 #: Loss-specific options (the defaults, spelt out).
 OPTIONS: dict[str, dict[str, object]] = {
@@ -39,6 +49,26 @@ OPTIONS: dict[str, dict[str, object]] = {
 }
 #: Tokens the loop reference is timed on (then scaled to B·T).
 LOOP_TOKENS = 256
+#: The least plain / fused ratio for which a fused path is worth keeping.
+KEEP_FUSED_RATIO = 1.2
+
+
+def cpu_name() -> str:
+    """The CPU's "model name" from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"64x1024"`` -> (64, 1024)."""
+    batch, _, length = text.lower().partition("x")
+    return int(batch), int(length)
 
 
 def make_inputs(batch: int, length: int, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -79,18 +109,20 @@ def median_ms(fn: Callable[[], object], repeats: int, clock: Clock) -> float:
     return 1e3 * statistics.median(times)
 
 
-def paired_median_ms(
-    fn: Callable[[], object], floor: Callable[[], object], repeats: int, clock: Clock
-) -> tuple[float, float]:
-    """Medians of ``fn`` and ``floor``, timed alternately so load affects both alike."""
-    fn(), floor()
-    fn_times, floor_times = [], []
+def interleaved_median_ms(
+    fns: Sequence[Callable[[], object]], repeats: int, clock: Clock
+) -> list[float]:
+    """Median ms of each of ``fns``, timed in turn within every repeat so that load
+    affects all alike (one warm-up call each first)."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        for call, times in ((floor, floor_times), (fn, fn_times)):
+        for fn, bucket in zip(fns, times):
             start = clock.now()
-            call()
-            times.append(clock.now() - start)
-    return 1e3 * statistics.median(fn_times), 1e3 * statistics.median(floor_times)
+            fn()
+            bucket.append(clock.now() - start)
+    return [1e3 * statistics.median(bucket) for bucket in times]
 
 
 def copy_floor(inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
@@ -98,26 +130,71 @@ def copy_floor(inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
     return lambda: [t.clone() for t in inputs.values()]
 
 
-def time_loss(
-    name: str, inputs: dict[str, torch.Tensor], repeats: int, clock: Clock
-) -> tuple[float, float]:
-    """Median ms of forward + backward of loss ``name``, and of the copy floor."""
-    fn = algorithms.get_loss(name)
+def _options(name: str, device: torch.device) -> dict[str, object]:
     options = dict(OPTIONS.get(name, {}))
     if name == "clip_cov":
-        options["generator"] = torch.Generator(inputs["new"].device).manual_seed(0)
+        options["generator"] = torch.Generator(device).manual_seed(0)
+    return options
+
+
+def loss_step(name: str, inputs: dict[str, torch.Tensor], *, plain: bool) -> Callable[[], None]:
+    """One forward + backward of loss ``name``, with the plain or the default math."""
+    fn = algorithms.get_loss(name)
     new = inputs["new"].clone().requires_grad_()
 
     def step() -> None:
         new.grad = None
-        loss, _ = fn(inputs["old"], new, inputs["adv"], inputs["mask"], **options)
+        with math_mode.use_math("plain" if plain else "fused"):
+            options = _options(name, new.device)
+            loss, _ = fn(inputs["old"], new, inputs["adv"], inputs["mask"], **options)
         loss.backward()
 
-    return paired_median_ms(step, copy_floor(inputs), repeats, clock)
+    return step
+
+
+def saved_megabytes(name: str, inputs: dict[str, torch.Tensor], *, plain: bool) -> float:
+    """MB of the tensors autograd saves for the backward pass (inputs not counted)."""
+    new = inputs["new"].clone().requires_grad_()
+    known = {t.untyped_storage().data_ptr() for t in (*inputs.values(), new)}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in known:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    with hooks, math_mode.use_math("plain" if plain else "fused"):
+        options = _options(name, new.device)
+        loss, _ = algorithms.get_loss(name)(
+            inputs["old"], new, inputs["adv"], inputs["mask"], **options
+        )
+    loss.backward()
+    return sum(saved.values()) / 2**20
+
+
+def time_loss(
+    name: str, inputs: dict[str, torch.Tensor], repeats: int, clock: Clock
+) -> dict[str, float | None]:
+    """Median ms of the default math, the plain math (None without a fused path) and
+    the copy floor; saved-for-backward MB of each math."""
+    has_fused = name in math_mode.FUSED_PATHS
+    steps = [copy_floor(inputs), loss_step(name, inputs, plain=False)]
+    if has_fused:
+        steps.append(loss_step(name, inputs, plain=True))
+    floor, ms, *plain = interleaved_median_ms(steps, repeats, clock)
+    return {
+        "ms": ms,
+        "floor_ms": floor,
+        "plain_ms": plain[0] if plain else None,
+        "saved_mb": saved_megabytes(name, inputs, plain=False),
+        "plain_saved_mb": saved_megabytes(name, inputs, plain=True) if has_fused else None,
+    }
 
 
 def _loop_loss(name: str, sub: dict[str, torch.Tensor], new: torch.Tensor) -> torch.Tensor:
-    ref = getattr(loss_loops, name)
+    ref = getattr(policy_loss_loops, name)
     args = (sub["old"], new, sub["adv"], sub["mask"])
     if name == "clip_cov":
         return ref(*args, torch.Generator().manual_seed(0))[0]
@@ -125,9 +202,7 @@ def _loop_loss(name: str, sub: dict[str, torch.Tensor], new: torch.Tensor) -> to
 
 
 def _vectorised_loss(name: str, sub: dict[str, torch.Tensor]) -> torch.Tensor:
-    options = dict(OPTIONS.get(name, {}))
-    if name == "clip_cov":
-        options["generator"] = torch.Generator().manual_seed(0)
+    options = _options(name, torch.device("cpu"))
     return algorithms.get_loss(name)(sub["old"], sub["new"], sub["adv"], sub["mask"], **options)[0]
 
 
@@ -136,7 +211,7 @@ def loop_reference(
 ) -> tuple[float, float] | None:
     """The loop reference on ~LOOP_TOKENS float64 tokens: (ms scaled to batch·length,
     |vectorised − loop| of the loss on that sub-batch)."""
-    if not hasattr(loss_loops, name):
+    if not hasattr(policy_loss_loops, name):
         return None
     sub_length = min(length, LOOP_TOKENS)
     sub_batch = max(1, min(batch, LOOP_TOKENS // sub_length))
@@ -154,45 +229,56 @@ def loop_reference(
 def run(
     batch: int, length: int, repeats: int, *, loop: bool = True, device: str = "cpu"
 ) -> list[dict[str, object]]:
-    """Time every registered loss; one row per loss."""
+    """Time every registered loss at (batch, length); one row per loss."""
     torch.manual_seed(0)
     clock, cpu = Clock(torch.device(device)), Clock(torch.device("cpu"))
     inputs = {k: v.to(device) for k, v in make_inputs(batch, length).items()}
     rows = []
     for name in algorithms.loss_names():
-        ms, floor = time_loss(name, inputs, repeats, clock)
+        row: dict[str, object] = {"loss": name, **time_loss(name, inputs, repeats, clock)}
         ref = loop_reference(name, batch, length, repeats, cpu) if loop else None
-        loop_ms, difference = ref if ref is not None else (None, None)
-        rows.append(
-            {"loss": name, "ms": ms, "floor_ms": floor, "loop_ms": loop_ms, "diff": difference}
-        )
+        row["loop_ms"], row["diff"] = ref if ref is not None else (None, None)
+        rows.append(row)
     return rows
+
+
+def _cells(row: dict[str, object]) -> list[str]:
+    ms, floor, plain = row["ms"], row["floor_ms"], row["plain_ms"]
+    path = "fused" if plain is not None else "plain only"
+    cells = [str(row["loss"]), path, f"{ms:.1f}"]
+    if plain is None:
+        cells += ["-", "-", f"{row['saved_mb']:.1f}", "-"]
+    else:
+        cells += [
+            f"{plain:.1f}",
+            f"{plain / ms:.2f}",
+            f"{row['saved_mb']:.1f}",
+            f"{row['plain_saved_mb']:.1f}",
+        ]
+    cells += [f"{floor:.1f}", f"{ms / floor:.1f}"]
+    loop = row["loop_ms"]
+    if loop is None:
+        return cells + ["-", "-", "-"]
+    return cells + [f"{loop:,.0f}", f"{loop / ms:,.0f}x", f"{row['diff']:.1e}"]
 
 
 def markdown(rows: list[dict[str, object]], batch: int, length: int, device: str) -> str:
     """The results as a Markdown table."""
     clock = Clock(torch.device(device)).name
     lines = [
-        f"B={batch}, T={length}, float32, forward + backward on {device}, median {clock} "
-        f"(torch threads={torch.get_num_threads()}); loop reference (CPU) timed on "
+        f"B={batch}, T={length}, float32, forward + backward on {device} ({cpu_name()}), "
+        f"median {clock} (torch {torch.__version__}, threads={torch.get_num_threads()}); "
+        f"ms: the default math (fused where the loss keeps a fused path); saved MB: "
+        f"tensors kept for backward, inputs excluded; loop reference (CPU) timed on "
         f"{LOOP_TOKENS} float64 tokens and scaled linearly; last column: |loss − loop "
         f"reference's| on that sub-batch",
         "",
-        "| loss | ms | copy floor ms | x floor | loop ref ms (scaled) | loop / vectorised "
+        "| loss | default path | ms | plain ms | plain / fused | saved MB | plain saved MB "
+        "| copy floor ms | x floor | loop ref ms (scaled) | loop / vectorised "
         "| abs diff vs loop |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        loop = r["loop_ms"]
-        loop_cells = (
-            f"{loop:,.0f} | {loop / r['ms']:,.0f}x | {r['diff']:.1e}"
-            if loop is not None
-            else "- | - | -"
-        )
-        ratio = r["ms"] / r["floor_ms"]
-        lines.append(
-            f"| {r['loss']} | {r['ms']:.1f} | {r['floor_ms']:.1f} | {ratio:.1f} | {loop_cells} |"
-        )
+    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -200,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--length", type=int, default=4096)
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=None,
+        help="sizes BxT to run in turn, e.g. 64x1024 512x4096 (overrides --batch/--length)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument(
@@ -211,11 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-loop", action="store_true", help="skip the loop reference")
     args = parser.parse_args(argv)
+    sizes = [parse_size(s) for s in args.sizes] if args.sizes else [(args.batch, args.length)]
     previous = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
-        rows = run(args.batch, args.length, args.repeats, loop=not args.no_loop, device=args.device)
-        print(markdown(rows, args.batch, args.length, args.device))
+        for batch, length in sizes:
+            rows = run(batch, length, args.repeats, loop=not args.no_loop, device=args.device)
+            print(markdown(rows, batch, length, args.device))
+            print()
     finally:
         torch.set_num_threads(previous)
     return 0

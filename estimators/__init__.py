@@ -34,8 +34,19 @@ Degenerate inputs, one behaviour for all estimators, never NaN/inf:
 
 On non-degenerate inputs (all groups of size >= 2, no empty rows, rewards zero
 on mask-0 tokens) the names shared with verl 0.9 give verl's numbers;
-``tests/reference/estimator_loops.py`` holds loop references of verl's
-formulas and the tests compare against them.
+``estimators/reference/estimator_loops.py`` holds loop references of verl's
+formulas (verl's quirks included) and the tests compare against them.
+
+Plain or fused math. The estimators that sum discounted rewards over time
+(``gae``, ``reinforce_plus_plus``, ``remax``) have a plain implementation, the
+textbook ``for t in reversed(range(T))`` loop (``gae_advantages`` in
+``estimators/gae.py``, ``discounted_returns`` in ``estimators/discounted_returns.py``),
+and beside it a fused one with the same signature and numbers (a chunked-matmul
+scan, many times faster) that runs by default. ``estimators.set_math("plain")``
+selects the loops for the rest of the process, ``with estimators.plain_math():``
+for a block (``estimators.math_mode``); ``get_math()`` says which is selected.
+The other estimators are vectorised torch without a loop over time and have one
+implementation. ``algorithms`` has the same switch for the policy losses.
 
 Use ``estimators.get(name)``, ``names()`` and ``describe()`` (the registry
 ``rlkit.registry.ESTIMATORS``); register your own with
@@ -61,7 +72,10 @@ from estimators import (  # noqa: F401
     remax,
     rloo,
 )
+from estimators.math_mode import get_math, plain_math, set_math
 from rlkit.registry import ESTIMATORS, Entry
+
+__all__ = ["describe", "get", "get_math", "names", "plain_math", "set_math"]
 
 
 def get(name: str) -> Callable[..., Any]:

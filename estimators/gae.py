@@ -1,4 +1,10 @@
-"""GAE: generalised advantage estimation from a critic's values (PPO)."""
+"""GAE: generalised advantage estimation from a critic's values (PPO).
+
+:func:`gae_advantages` is the textbook reverse loop over time; :func:`gae_advantages_fused`
+computes the same numbers without a loop (valid tokens packed to the front of each row,
+then a chunked-matmul scan) and runs by default; ``estimators.set_math("plain")``
+selects the loop.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ from typing import Any
 
 import torch
 
+from estimators import math_mode
 from estimators.discounted_scan import reverse_discounted_cumsum
 from estimators.input_checks import (
     bool_option,
@@ -17,6 +24,61 @@ from estimators.input_checks import (
 from estimators.masked_stats import masked_whiten_
 from estimators.valid_token_compaction import plan_packing
 from rlkit.registry import ESTIMATORS
+
+
+def gae_advantages(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float
+) -> torch.Tensor:
+    """GAE's advantages by the textbook reverse loop over time (arXiv:1506.02438, eq. 16).
+
+    With t' the next valid token after t (none: V_{t'} = A_{t'} = 0),
+        delta_t = r_t + gamma * V_{t'} - V_t,    A_t = delta_t + gamma * lam * A_{t'}.
+    A mask-0 token is skipped: V_{t'} and A_{t'} carry over it (verl's multi-turn rule).
+
+    Args:
+        rewards: (B, T) token rewards (ignored on mask-0 tokens).
+        values: (B, T) critic values V_t (ignored on mask-0 tokens).
+        mask: (B, T) bool valid-token mask.
+        gamma: discount per valid token; lam: GAE lambda.
+
+    Returns:
+        (B, T) A_t on valid tokens, 0 on mask-0 tokens (not whitened).
+    """
+    advantages = torch.zeros_like(rewards)
+    next_value = rewards.new_zeros(rewards.shape[0])
+    next_advantage = rewards.new_zeros(rewards.shape[0])
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        advantage = delta + gamma * lam * next_advantage
+        valid = mask[:, t]
+        next_value = torch.where(valid, values[:, t], next_value)
+        next_advantage = torch.where(valid, advantage, next_advantage)
+        advantages[:, t] = torch.where(valid, advantage, 0.0)
+    return advantages
+
+
+def gae_advantages_fused(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, *, gamma: float, lam: float
+) -> torch.Tensor:
+    """:func:`gae_advantages` without a loop over time: same arguments, same numbers.
+
+    Each row's valid tokens are packed to the front (``valid_token_compaction``), so
+    consecutive packed slots are consecutive valid tokens; there delta_t needs only the
+    next slot's value, and A is one reverse discounted cumulative sum of the deltas
+    with decay gamma * lam (``discounted_scan``: chunked matmuls, no negative powers,
+    stable over T = 4096 for gamma * lam < 1).
+
+    Returns:
+        (B, T) A_t on valid tokens, 0 on mask-0 tokens (not whitened).
+    """
+    mask_f = mask.to(rewards.dtype)
+    valid_values = values * mask_f
+    packing = plan_packing(mask, mask_f)
+    packed_values = packing.pack(valid_values)
+    deltas = packing.pack((rewards * mask_f).sub_(valid_values))
+    # In packed rows the next slot is the next valid token; past the last one it is 0.
+    deltas[:, :-1].add_(packed_values[:, 1:], alpha=gamma)
+    return packing.unpack(reverse_discounted_cumsum(deltas, gamma * lam))
 
 
 @ESTIMATORS.register(
@@ -48,9 +110,9 @@ def gae(
     then, by default, A is whitened over all valid tokens of the batch. Mask-0
     tokens are skipped exactly as verl does for multi-turn observation spans:
     V' and A' carry over them, so the discount counts valid tokens only, and
-    rewards on mask-0 tokens are ignored. Computed by packing each row's valid
-    tokens to the front and running a chunked matmul scan (no loop over T);
-    stable over T = 4096 for gamma * lam < 1.
+    rewards on mask-0 tokens are ignored. Computed by :func:`gae_advantages_fused`
+    (no loop over T), or by the loop :func:`gae_advantages` under
+    ``estimators.set_math("plain")``.
 
     Differences from verl: outputs are 0 on mask-0 tokens (verl leaves the
     carried advantage and whitened values there); whitening with fewer than two
@@ -90,14 +152,10 @@ def gae(
     check_discount("gae", gamma=gamma, lam=lam)
     batch = prepare_batch("gae", token_level_rewards, response_mask)
     values = token_tensor("gae", "values", values, batch, "critic values V_t")
-    valid_values = values * batch.mask_f
-    packing = plan_packing(batch.mask, batch.mask_f)
-    packed_values = packing.pack(valid_values)
-    deltas = packing.pack((batch.rewards * batch.mask_f).sub_(valid_values))
-    # In packed rows the next slot is the next valid token; past the last one it is 0.
-    deltas[:, :-1].add_(packed_values[:, 1:], alpha=gamma)
-    advantages = packing.unpack(reverse_discounted_cumsum(deltas, gamma * lam))
-    returns = advantages + valid_values
+    advantages = math_mode.choose(gae_advantages, gae_advantages_fused)(
+        batch.rewards, values, batch.mask, gamma=gamma, lam=lam
+    )
+    returns = advantages + values * batch.mask_f
     if whiten:
         advantages = masked_whiten_(advantages, batch.mask_f)
     return batch.finish(advantages, returns)

@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from estimators.discounted_scan import masked_reverse_discounted_cumsum
+from estimators import math_mode
+from estimators.discounted_returns import discounted_returns, discounted_returns_fused
 from estimators.input_checks import check_discount, prepare_batch, reject_unknown_options
 from estimators.masked_stats import masked_whiten
 from rlkit.registry import ESTIMATORS
@@ -38,7 +39,9 @@ def reinforce_plus_plus(
     REINFORCE++ (arXiv:2501.03262): the discounted return of every valid token
     (t' is the next valid token; mask-0 tokens are skipped and their rewards
     ignored), whitened with one mean and unbiased variance over all valid
-    tokens of the batch. Computed by a chunked matmul scan (no loop over T).
+    tokens of the batch. The returns come from ``discounted_returns_fused`` (no
+    loop over T), or from the loop ``discounted_returns`` under
+    ``estimators.set_math("plain")``.
 
     Difference from verl: verl resets the running return at every mask-0 token
     (written for right padding). With interior mask-0 spans (multi-turn
@@ -77,6 +80,8 @@ def reinforce_plus_plus(
     reject_unknown_options("reinforce_plus_plus", options)
     check_discount("reinforce_plus_plus", gamma=gamma)
     batch = prepare_batch("reinforce_plus_plus", token_level_rewards, response_mask)
-    returns = masked_reverse_discounted_cumsum(batch.rewards, batch.mask, batch.mask_f, gamma)
+    returns = math_mode.choose(discounted_returns, discounted_returns_fused)(
+        batch.rewards, batch.mask, gamma=gamma
+    )
     advantages = masked_whiten(returns, batch.mask_f)
     return batch.finish(advantages, returns)

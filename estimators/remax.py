@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from estimators.discounted_scan import masked_reverse_discounted_cumsum
+from estimators import math_mode
+from estimators.discounted_returns import discounted_returns, discounted_returns_fused
 from estimators.input_checks import (
     check_discount,
     prepare_batch,
@@ -43,7 +44,8 @@ def remax(
     ReMax (arXiv:2310.10505): the baseline of each sampled response is the
     reward of the greedy response to the same prompt, ``reward_baselines``.
     G_t = sum of rewards on valid tokens from t on (mask-0 tokens skipped, their
-    rewards ignored), discounted by gamma per valid token. No whitening.
+    rewards ignored), discounted by gamma per valid token (``discounted_returns``:
+    a loop under ``estimators.set_math("plain")``, else its fused twin). No whitening.
 
     Differences from verl: verl has no discount (it is gamma = 1, the default
     here) and leaves returns on mask-0 tokens; here both outputs are 0 there.
@@ -85,6 +87,8 @@ def remax(
         batch,
         "reward of the greedy response to each prompt",
     )
-    returns = masked_reverse_discounted_cumsum(batch.rewards, batch.mask, batch.mask_f, gamma)
+    returns = math_mode.choose(discounted_returns, discounted_returns_fused)(
+        batch.rewards, batch.mask, gamma=gamma
+    )
     advantages = returns - baselines[:, None] * batch.mask_f
     return batch.finish(advantages, returns)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
+from algorithms.reference.policy_loss_inputs import random_batch
 from rlkit.registry import AGGREGATIONS
-from tests.reference.loss_loops import random_batch
 
 MODES = AGGREGATIONS.names()
 # kl_cov and clip_cov select tokens per micro-batch (as verl does): not split-invariant.

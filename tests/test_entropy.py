@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
+from algorithms.reference import entropy_loops as loops
 from rlkit.ops import token_logprobs_and_entropy
-from tests.reference import loss_loops as loops
 
 INF = math.inf
 

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import estimators
+from estimators.reference.estimator_loops import random_inputs
 from rlkit.testing import declared_inputs
-from tests.reference.estimator_loops import random_inputs
 
 ALL = estimators.names()
 KW = {"gamma": 0.9, "lam": 0.8}

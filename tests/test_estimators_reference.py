@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import estimators
-from tests.reference import estimator_loops as ref
+from estimators.reference import estimator_loops as ref
 
 TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-5}
 OUTCOME = [

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
+from algorithms.reference import kl_loops as loops
 from rlkit.registry import KL_PENALTIES, UnknownNameError
-from tests.reference import loss_loops as loops
 
 BASE = ["k1", "abs", "k2", "k3"]
 ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3", "kl+": "k1+", "mse+": "k2+",

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import algorithms
+from algorithms.reference.policy_loss_inputs import random_batch
 from rlkit.registry import AGGREGATIONS, POLICY_LOSSES, UnknownNameError
-from tests.reference.loss_loops import random_batch
 
 LOSSES = algorithms.loss_names()
 MODES = AGGREGATIONS.names()

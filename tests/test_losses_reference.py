@@ -9,9 +9,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import algorithms
+from algorithms.reference import policy_loss_loops as loops
+from algorithms.reference.policy_loss_inputs import random_batch
 from rlkit.registry import AGGREGATIONS
-from tests.reference import loss_loops as loops
-from tests.reference.loss_loops import random_batch
 
 MODES = AGGREGATIONS.names()
 LOSSES = ["vanilla", "gspo", "kl_cov", "clip_cov", "cispo", "gpg", "sapo", "geo_mean"]

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
-from tests.reference.loss_loops import random_batch
+from algorithms.reference.policy_loss_inputs import random_batch
 
 vanilla = algorithms.get_loss("vanilla")
 PAD = -math.inf  # garbage a model could leave at padded positions

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
-from tests.reference.loss_loops import random_batch
+from algorithms.reference.policy_loss_inputs import random_batch
 
 
 def rows(old, new, adv, mask=None):

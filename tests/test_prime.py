@@ -1,7 +1,7 @@
 """PRIME: the ``prime`` estimator and the implicit PRM's rewards, losses and metrics.
 
 The vectorised functions are compared with the loop references of
-``tests/reference/prime_loops.py`` (verl's ``recipe/prime`` formulas, one group and
+``estimators/reference/prime_loops.py`` (verl's ``recipe/prime`` formulas, one group and
 one token at a time) to 1e-9 in float64 on random inputs, degenerate ones included;
 small cases are worked out by hand in the comments.
 """
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 import algorithms
 import estimators
 from algorithms import implicit_prm as prm
+from estimators.reference import prime_loops as ref
 from rlkit.registry import ESTIMATORS
 from rlkit.testing import strategies as S
-from tests.reference import prime_loops as ref
 
 TOL = 1e-9
 prime = estimators.get("prime")

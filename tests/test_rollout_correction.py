@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import algorithms
+from algorithms.reference import rollout_correction_loops as loops
+from algorithms.reference.policy_loss_inputs import random_batch
 from rlkit.registry import ROLLOUT_CORRECTIONS, UnknownNameError
-from tests.reference import loss_loops as loops
-from tests.reference.loss_loops import random_batch
 
 LN = math.log
 

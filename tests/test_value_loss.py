@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import algorithms
+from algorithms.reference import value_loss_loops as loops
 from algorithms.value_loss import clipped_value_loss
 from rlkit.registry import VALUE_LOSSES, UnknownNameError
-from tests.reference import loss_loops as loops
 
 
 def tensors():

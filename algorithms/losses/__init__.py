@@ -13,7 +13,8 @@ Every loss has the same signature::
   use, so padding gets neither NaN values nor gradients; advantages must be
   finite everywhere (the estimators return 0 at padding);
 * ``num_tokens``, ``num_seqs``, ``norm_length`` are the *mini-batch's* normalisers
-  (``algorithms.global_normalizers``), so micro-batch losses sum to the batch loss;
+  (the trainer passes them to every micro-batch; ``algorithms.global_normalizers``
+  computes them from masks), so micro-batch losses sum to the batch loss;
 * ``rollout_is_weights`` (B, T), detached, multiplies the per-token loss;
 * loss-specific knobs are keyword options with documented defaults; an unknown
   option raises TypeError naming it;
@@ -25,9 +26,20 @@ To add a loss, write a function with this signature in your own file and
 decorate it with ``@POLICY_LOSSES.register("name")`` (or pass
 ``"package.module:function"`` wherever a loss name is expected).
 
-Shared pieces: ``arguments`` (validation), ``ratio`` (Δ, r, PPO clip),
+Plain and fused math. Each loss's math is plain torch in its own module, with the
+gradient left to autograd, so it reads like the paper and a debugger steps through
+it: PPO's clip is ``vanilla.vanilla_terms``, GSPO's ``gspo.gspo_terms``, GMPO's
+clip ``geo_mean.sign_aware_clip``. For those three (``clip_cov`` reuses vanilla's)
+a fused twin with the same signature, a custom ``torch.autograd.Function`` whose
+backward is one product, sits in ``fused`` and runs by default, because
+``benchmarks/losses.py`` measured it at least 1.2x faster. ``algorithms.set_math
+("plain")`` selects the plain math for the rest of the process, ``with
+algorithms.plain_math():`` for a block (``algorithms.math_mode``; it is read on
+every call, so it also reaches the trainer). The other losses have plain math only.
+
+Shared pieces: ``arguments`` (validation), ``ratio`` (Δ with padding zeroed),
 ``covariance`` (kl_cov / clip_cov token selection), ``reduction`` (IS weights,
-aggregation, metrics).
+aggregation, metrics), ``fused`` (the fused twins).
 """
 
 from algorithms.losses.cispo import cispo

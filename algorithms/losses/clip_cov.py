@@ -17,6 +17,9 @@ Differences from verl: verl exponentiates Δ unclamped (identical for |Δ| <= 20
 and reports the fraction of zeroed tokens as ``pg_clipfrac``; rlkit reports the
 PPO clip fraction as ``pg_clipfrac`` (the same meaning as in ``vanilla``) and the
 zeroed fraction as ``clip_cov_frac``. No dual clip. Selection is per micro-batch.
+
+The PPO clip is vanilla's (``vanilla.vanilla_terms`` in plain torch, or by default
+its fused twin; ``algorithms.set_math("plain")`` selects the plain one).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from algorithms import math_mode
 from algorithms.aggregation import Normaliser, mask_weights, token_count
 from algorithms.losses.arguments import (
     check_inputs,
@@ -32,13 +36,10 @@ from algorithms.losses.arguments import (
     reject_unknown_options,
 )
 from algorithms.losses.covariance import token_covariance, top_k_indices
-from algorithms.losses.ratio import (
-    clipped_surrogate,
-    log_ratio,
-    safe_log_prob,
-    valid_tokens,
-)
+from algorithms.losses.fused import vanilla_terms_fused
+from algorithms.losses.ratio import safe_log_prob, valid_tokens
 from algorithms.losses.reduction import policy_metrics, reduce_token_loss
+from algorithms.losses.vanilla import vanilla_terms
 from rlkit.registry import POLICY_LOSSES
 
 
@@ -108,7 +109,7 @@ def clip_cov(
         clip_ratio, clip_ratio_low, clip_ratio_high: ε, ε_low, ε_high of the PPO clip.
         clip_ratio_c: unused (no dual clip); accepted for the shared signature.
         rollout_is_weights: (B, T) detached weights multiplying the per-token loss.
-        num_tokens, num_seqs, norm_length: the mini-batch's global normalisers.
+        num_tokens, num_seqs, norm_length: the mini-batch's normalisers.
         clip_cov_ratio: fraction of valid tokens to zero, in (0, 1]; at least one.
         clip_cov_lb: candidates need cov > clip_cov_lb.
         clip_cov_ub: candidates need cov < clip_cov_ub (> clip_cov_lb).
@@ -134,17 +135,18 @@ def clip_cov(
         raise TypeError(f"clip_cov: generator must be a torch.Generator, got {type(generator)}")
     valid = valid_tokens(response_mask)
     weights = mask_weights(response_mask, log_prob.dtype)
-    token_log_ratio = log_ratio(log_prob.detach(), old_log_prob, valid, clamp=False)
-    loss_mat, clipped, _, delta = clipped_surrogate(
-        log_prob, token_log_ratio, advantages, valid, low=low, high=high
+    # PPO's clip without the dual clip: vanilla's terms (plain or fused, as selected).
+    terms = math_mode.choose(vanilla_terms, vanilla_terms_fused)(
+        old_log_prob, log_prob, advantages, valid, low=low, high=high, clip_ratio_c=None
     )
+    clipped = terms.clipped
     covariance = token_covariance(advantages, safe_log_prob(log_prob.detach(), valid), weights)
     candidates = valid & ~clipped & (covariance > clip_cov_lb) & (covariance < clip_cov_ub)
     n_valid = int(token_count(valid).item())  # the subset size is a Python int
     chosen = random_subset(candidates, max(1, int(n_valid * clip_cov_ratio)), generator)
-    width = loss_mat.shape[-1]
+    width = terms.loss.shape[-1]
     rows, cols = chosen // width, chosen % width
-    loss_mat = loss_mat.index_put((rows, cols), loss_mat.new_zeros(()))
+    loss_mat = terms.loss.index_put((rows, cols), terms.loss.new_zeros(()))
     loss = reduce_token_loss(
         loss_mat,
         weights,
@@ -157,7 +159,7 @@ def clip_cov(
     metrics = policy_metrics(
         response_mask,
         weights,
-        delta,
+        terms.log_ratio,
         clipped=clipped,
         clip_cov_frac=chosen.numel() / max(n_valid, 1),
     )

@@ -16,6 +16,10 @@ rlkit, like every aggregation mode, excludes them). verl ignores
 
 Rollout IS weights (B, T) are reduced to one weight per sequence by their
 geometric mean exp(Σ_t log(w_t + 1e-10) m_t / (n_b + 1e-8)), as in verl.
+
+:func:`sign_aware_clip` is the clip in plain torch; by default the loss runs its fused
+twin ``algorithms.losses.fused.sign_aware_clip_fused``, and
+``algorithms.set_math("plain")`` selects the plain one.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from algorithms import math_mode
 from algorithms.aggregation import Normaliser, aggregate_sequence_loss, mask_weights
 from algorithms.losses.arguments import check_inputs, clip_bounds, reject_unknown_options
+from algorithms.losses.fused import sign_aware_clip_fused
 from algorithms.losses.ratio import log_ratio, valid_tokens
 from algorithms.losses.reduction import policy_metrics
 from rlkit.registry import POLICY_LOSSES
@@ -34,45 +40,27 @@ LENGTH_EPS = 1e-8
 WEIGHT_EPS = 1e-10
 
 
-class _SignAwareClip(torch.autograd.Function):
-    """Δ* = min(Δ, ε_high) where A > 0, max(Δ, −ε_low) where A < 0, 0 where A = 0.
+def sign_aware_clip(
+    delta: Tensor, advantages: Tensor, *, low: float, high: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    """GMPO's log-space clip on the side that matters for A's sign, in plain torch.
 
-    This is verl's sgn(A)·min(sgn(A)·Δ, sgn(A)·clamp(Δ, −ε_low, ε_high)) — same
-    values, same gradient (1 where Δ is kept, bounds included, else 0) — with
-    the gradient formed in the forward pass so that backward is one product.
-    Also returns whether Δ lies outside [−ε_low, ε_high] (verl's clip metric).
+    Δ* = sgn(A)·min(sgn(A)·Δ, sgn(A)·clamp(Δ, −ε_low, ε_high)) (verl's form), i.e.
+    min(Δ, ε_high) where A > 0, max(Δ, −ε_low) where A < 0, 0 where A = 0.
+
+    Args:
+        delta: (B, T) Δ (with gradient), finite everywhere (0 at padding).
+        advantages: (B, T) A.
+        low, high: ε_low, ε_high of the band [−ε_low, ε_high].
+
+    Returns:
+        kept: (B, T) Δ*; clipped: (B, T) bool, Δ outside the band where A > 0;
+        clipped_lower: (B, T) bool, Δ outside the band where A < 0.
     """
-
-    @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx,
-        delta: Tensor,
-        advantages: Tensor,
-        valid: Tensor,
-        low: float,
-        high: float,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        positive, negative = advantages > 0, advantages < 0
-        below_high, above_low = delta <= high, delta >= -low
-        dtype = delta.dtype
-        value = delta.clamp(max=high).mul_(_as_float(positive, dtype))
-        value.add_(delta.clamp(min=-low).mul_(_as_float(negative, dtype)))
-        keep = valid & ((positive & below_high) | (negative & above_low))
-        ctx.save_for_backward(keep)
-        outside = ~(below_high & above_low)
-        ctx.mark_non_differentiable(outside, positive, negative)
-        return value, outside, positive, negative
-
-    @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad: Tensor, *_: Tensor
-    ) -> tuple[Tensor | None, ...]:
-        (keep,) = ctx.saved_tensors  # type: ignore[attr-defined]
-        return grad * _as_float(keep, grad.dtype), None, None, None, None
-
-
-def _as_float(flags: Tensor, dtype: torch.dtype) -> Tensor:
-    return flags.view(torch.uint8).to(dtype)
+    sign = torch.sign(advantages)
+    kept = sign * torch.minimum(sign * delta, sign * delta.clamp(-low, high))
+    outside = (delta > high) | (delta < -low)
+    return kept, outside & (advantages > 0), outside & (advantages < 0)
 
 
 @POLICY_LOSSES.register(
@@ -133,8 +121,8 @@ def geo_mean(
     valid = valid_tokens(response_mask)
     weights = mask_weights(response_mask, log_prob.dtype)
     delta = log_ratio(log_prob, old_log_prob, valid, clamp=False)
-    pessimistic, outside, positive, negative = _SignAwareClip.apply(
-        delta, advantages.detach(), valid, low, high
+    pessimistic, clipped, clipped_lower = math_mode.choose(sign_aware_clip, sign_aware_clip_fused)(
+        delta, advantages, low=low, high=high
     )
     counts = weights.sum(dim=-1)
     # Empty rows divide 0 by 1, not by the guard (which underflows to 0 in float16).
@@ -155,6 +143,6 @@ def geo_mean(
         norm_length=norm_length,
     )
     metrics = policy_metrics(
-        response_mask, weights, delta, clipped=outside & positive, clipped_lower=outside & negative
+        response_mask, weights, delta, clipped=clipped, clipped_lower=clipped_lower
     )
     return loss, metrics

@@ -13,20 +13,61 @@ preset; the defaults here are the common ε = 0.2).
 Difference from verl: verl *ignores* ``loss_agg_mode`` and always aggregates
 with ``seq-mean-token-mean``; rlkit honours the argument. Pass
 ``loss_agg_mode="seq-mean-token-mean"`` for verl's numbers.
+
+:func:`gspo_terms` is this math in plain torch; by default the loss runs its fused
+twin ``algorithms.losses.fused.gspo_terms_fused``, and ``algorithms.set_math("plain")``
+selects the plain one.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
+from algorithms import math_mode
 from algorithms.aggregation import Normaliser, mask_weights
 from algorithms.losses.arguments import check_inputs, clip_bounds, reject_unknown_options
-from algorithms.losses.ratio import clipped_surrogate, log_ratio, valid_tokens
+from algorithms.losses.fused import gspo_terms_fused
+from algorithms.losses.ratio import LOG_SEQ_RATIO_MAX, SurrogateTerms, valid_tokens
 from algorithms.losses.reduction import policy_metrics, reduce_token_loss
 from rlkit.registry import POLICY_LOSSES
 
-#: verl's clamp on the log sequence ratio before ``exp``.
-LOG_SEQ_RATIO_MAX = 10.0
+
+def gspo_terms(
+    old_log_prob: Tensor,
+    log_prob: Tensor,
+    advantages: Tensor,
+    valid: Tensor,
+    weights: Tensor,
+    *,
+    low: float,
+    high: float,
+) -> SurrogateTerms:
+    """GSPO-token's clipped surrogate per token, in plain torch (gradient by autograd).
+
+    log s_b = Σ_t Δ_t m_t / max(n_b, 1);  log s_{b,t} = sg(log s_b) + log π_θ − sg(log π_θ),
+    clamped to <= 10;  L = max(−A·s_{b,t}, −A·clip(s_{b,t}, 1 − ε_low, 1 + ε_high)).
+
+    Args:
+        old_log_prob, log_prob, advantages: (B, T); padding may hold anything in the
+            log-probs (even −inf).
+        valid: (B, T) bool; weights: the same mask as float token weights.
+        low, high: ε_low, ε_high.
+
+    Returns:
+        :class:`SurrogateTerms` (``log_ratio``: the token Δ, for ``ppo_kl``;
+        ``clipped_lower``: None, GSPO has no dual clip).
+    """
+    log_ratio = torch.where(valid, log_prob.detach() - old_log_prob, 0.0)
+    seq_log_ratio = (log_ratio * weights).sum(dim=-1) / weights.sum(dim=-1).clamp(min=1.0)
+    log_prob = torch.where(valid, log_prob, 0.0)
+    # Value log s_b, gradient that of log π_θ: the bracket is exactly 0, so the sum
+    # is exactly log s_b (log s_b + log π − log π could round differently).
+    token_log_ratio = seq_log_ratio[:, None] + (log_prob - log_prob.detach())
+    ratio = torch.exp(token_log_ratio.clamp(max=LOG_SEQ_RATIO_MAX))
+    surr1 = -advantages * ratio
+    surr2 = -advantages * ratio.clamp(1.0 - low, 1.0 + high)
+    return SurrogateTerms(torch.maximum(surr1, surr2), surr2 > surr1, None, log_ratio)
 
 
 @POLICY_LOSSES.register(
@@ -68,7 +109,7 @@ def gspo(
             sequence-ratio clip.
         clip_ratio_c: unused (GSPO has no dual clip); accepted for the shared signature.
         rollout_is_weights: (B, T) detached weights multiplying the per-token loss.
-        num_tokens, num_seqs, norm_length: the mini-batch's global normalisers.
+        num_tokens, num_seqs, norm_length: the mini-batch's normalisers.
         **options: none; any key raises TypeError.
 
     Returns:
@@ -81,20 +122,11 @@ def gspo(
     low, high = clip_bounds(clip_ratio, clip_ratio_low, clip_ratio_high)
     valid = valid_tokens(response_mask)
     weights = mask_weights(response_mask, log_prob.dtype)
-    delta = log_ratio(log_prob.detach(), old_log_prob, valid, clamp=False)
-    seq_log_ratio = (delta * weights).sum(dim=-1) / weights.sum(dim=-1).clamp(min=1.0)
-    # GSPO-token: the value of every token's log-ratio is log s_b, its gradient 1.
-    loss_mat, clipped, _, _ = clipped_surrogate(
-        log_prob,
-        seq_log_ratio.detach()[:, None],
-        advantages,
-        valid,
-        low=low,
-        high=high,
-        bounds=(None, LOG_SEQ_RATIO_MAX),
+    terms = math_mode.choose(gspo_terms, gspo_terms_fused)(
+        old_log_prob, log_prob, advantages, valid, weights, low=low, high=high
     )
     loss = reduce_token_loss(
-        loss_mat,
+        terms.loss,
         weights,
         loss_agg_mode,
         rollout_is_weights,
@@ -102,4 +134,4 @@ def gspo(
         num_seqs=num_seqs,
         norm_length=norm_length,
     )
-    return loss, policy_metrics(response_mask, weights, delta, clipped=clipped)
+    return loss, policy_metrics(response_mask, weights, terms.log_ratio, clipped=terms.clipped)

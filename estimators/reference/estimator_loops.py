@@ -7,7 +7,11 @@ number: scores are unmasked reward sums, singleton groups use verl's fallbacks,
 mask-0 tokens keep whatever verl writes there, ``masked_whiten`` divides token
 sums by ``count + 1e-8``. Compare on valid tokens of non-degenerate inputs.
 
-Slow by design; the tests and ``benchmarks/estimators.py`` use them.
+These are verl's formulas, not rlkit's plain math: rlkit's plain loops
+(``estimators.gae.gae_advantages``, ``estimators.discounted_returns``) follow
+rlkit's documented semantics (0 on mask-0 tokens, degenerate groups), and
+``estimators.set_math("plain")`` runs them. Slow by design; the tests and
+``benchmarks/estimators.py`` use these references.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tests.reference import prime_loops
+from estimators.reference import prime_loops
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

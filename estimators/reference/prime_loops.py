@@ -12,6 +12,11 @@ Groups are the rows sharing ``index`` (verl: contiguous blocks of ``n``). Where 
 has no number (a group of one divides by n − 1 = 0, an empty row averages nothing,
 whitening fewer than two tokens divides by zero) these loops take rlkit's documented
 choice, marked "rlkit:" below. Slow by design: tiny inputs only.
+
+Both halves of PRIME live here, the advantage estimator (``prime_advantages``) and
+the implicit PRM's rewards, losses and accuracies (``algorithms.implicit_prm``'s
+references), because :func:`estimators.reference.estimator_loops.call` needs the
+former and ``estimators`` does not import ``algorithms`` (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Slow, obviously-correct reference implementations used by the tests and benchmarks."""
