@@ -401,6 +401,9 @@ ROLLOUT_ENGINES: Registry[Callable[..., Any]] = Registry("rollout engine", home=
 AGENT_LOOPS: Registry[Callable[..., Any]] = Registry("agent loop", home="rlkit.rollout.agent_loop")
 TOOLS: Registry[Callable[..., Any]] = Registry("tool", home="rlkit.tools")
 INTERACTIONS: Registry[Callable[..., Any]] = Registry("interaction", home="rlkit.interactions")
+#: The models of a training step (actor, reference, critic, reward model, PRIME's implicit
+#: PRM, a user's own): classes built with a ``rlkit.trainer.roles.RoleContext``.
+ROLES: Registry[Callable[..., Any]] = Registry("trainer role", home="rlkit.trainer.roles")
 #: Metric sinks (console, jsonl, tensorboard, wandb, mlflow, swanlab): factories called
 #: with a ``rlkit.logging.LoggerContext``; each registration's ``fix=`` is the advice shown
 #: when it fails to start.
@@ -419,4 +422,5 @@ LISTED: dict[str, Registry[Any]] = {
     "agent_loops": AGENT_LOOPS,
     "tools": TOOLS,
     "interactions": INTERACTIONS,
+    "roles": ROLES,
 }

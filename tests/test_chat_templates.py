@@ -128,17 +128,14 @@ def test_resolve_chat_template_takes_a_name_or_jinja_and_refuses_the_rest():
 
 
 def test_experiment_config_checks_the_chat_template_and_the_trainer_applies_it(tiny_model_dir):
+    from rlkit.trainer.builders import load_tokenizer
     from rlkit.trainer.config import ExperimentConfig, ModelConfig
-    from rlkit.trainer.trainer import RLTrainer
 
     bad = ExperimentConfig(model=ModelConfig(path=tiny_model_dir, chat_template="nope"))
     bad.data.train_files = "x.jsonl"
     with pytest.raises(ValueError, match="ModelConfig.chat_template 'nope'"):
         bad.validate()
-    trainer = RLTrainer.__new__(RLTrainer)  # only the tokenizer is loaded
-    trainer.cfg = ExperimentConfig(
-        model=ModelConfig(path=tiny_model_dir, chat_template="smollm2_tools")
-    )
-    assert trainer._load_tokenizer().chat_template == SMOLLM2_TOOLS_TEMPLATE
-    trainer.cfg = ExperimentConfig(model=ModelConfig(path=tiny_model_dir))
-    assert trainer._load_tokenizer().chat_template != SMOLLM2_TOOLS_TEMPLATE
+    # The trainer's tokenizer builder, alone.
+    model = ModelConfig(path=tiny_model_dir, chat_template="smollm2_tools")
+    assert load_tokenizer(model).chat_template == SMOLLM2_TOOLS_TEMPLATE
+    assert load_tokenizer(ModelConfig(path=tiny_model_dir)).chat_template != SMOLLM2_TOOLS_TEMPLATE

@@ -5,7 +5,6 @@ a raw ``#### N`` ground truth in the gsm8k reward."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import gin
 import pandas as pd
@@ -158,39 +157,27 @@ def test_gsm8k_reward_accepts_a_raw_solution_as_ground_truth():
         gsm8k("#### 1", "no number here")
 
 
-def _fake_trainer(tokenizer, **data):
-    cfg = ExperimentConfig(
-        model=ModelConfig(path="unused"), data=DataConfig(use_chat_template=False, **data)
-    )
-    return SimpleNamespace(
-        cfg=cfg,
-        tokenizer=tokenizer,
-        num_skipped_rows={},
-        _tool_schemas=lambda: None,
-        _print=lambda text: None,
-    )
-
-
 def test_val_files_folder_reads_its_held_out_split_and_skipped_rows_are_counted(
     tmp_path, tiny_model_dir
 ):
     from transformers import AutoTokenizer
 
-    from rlkit.trainer.trainer import RLTrainer
+    from rlkit.trainer.builders import load_prompts
 
     (tmp_path / "train.jsonl").write_text('{"question": "t", "answer": "1"}\n')
     (tmp_path / "test.jsonl").write_text(
         '{"question": "v", "answer": "2"}\n{"question": "bad"}\nnot json\n'
     )
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    fake = _fake_trainer(tokenizer, train_files=str(tmp_path), val_files=str(tmp_path))
-    fake.cfg.data.on_error = "skip"
-    assert RLTrainer._load_prompts(fake, "train").ground_truths == ["1"]
-    assert RLTrainer._load_prompts(fake, "val").ground_truths == ["2"]
-    assert fake.num_skipped_rows == {"val": 2}
-    fake.cfg.data.on_error = "raise"
+    data = DataConfig(use_chat_template=False, train_files=str(tmp_path), val_files=str(tmp_path))
+    data.on_error = "skip"
+    train, skipped_train = load_prompts(data, "train", tokenizer, None)
+    val, skipped_val = load_prompts(data, "val", tokenizer, None)
+    assert (train.ground_truths, skipped_train) == (["1"], 0)
+    assert (val.ground_truths, skipped_val) == (["2"], 2)
+    data.on_error = "raise"
     with pytest.raises(Exception, match="on_error='skip'"):
-        RLTrainer._load_prompts(fake, "val")
+        load_prompts(data, "val", tokenizer, None)
 
 
 def test_on_error_is_a_gin_field_with_two_choices():

@@ -27,15 +27,12 @@ def test_training_flops_add_six_per_parameter_token_and_quadratic_attention():
     assert training_flops(CONFIG, [3, 5]) == 90624 + 9792
 
 
-def test_mfu_uses_the_mixed_precision_dtype_not_the_parameters(tiny_model_dir, tmp_path):
+def test_mfu_uses_the_mixed_precision_dtype_not_the_parameters():
     # float32 parameters computed in bf16 have bf16's peak (about 15x fp32's on an H100).
     import torch
 
-    from rlkit.trainer.trainer import RLTrainer
-    from tests.experiment_factory import small_experiment
+    from rlkit.trainer.step_metrics import compute_dtype
 
-    trainer = RLTrainer(small_experiment(tiny_model_dir, tmp_path))
-    trainer.actor = torch.nn.Linear(2, 2)  # float32 parameters; setup() is not needed
-    assert trainer._compute_dtype() == torch.float32
-    trainer.cfg.trainer.mixed_precision = "bf16"
-    assert trainer._compute_dtype() == torch.bfloat16
+    module = torch.nn.Linear(2, 2)  # float32 parameters
+    assert compute_dtype("no", module) == torch.float32
+    assert compute_dtype("bf16", module) == torch.bfloat16

@@ -150,3 +150,17 @@ def test_value_loss_is_chosen_by_name(tmp_path):
     # mse: 0.5 * (1-2)^2 = 0.5 on every sampled token.
     mse, _, _ = _algorithm(tmp_path, value_loss="mse").critic_loss(batch, vpreds, norms)
     assert clipped.item() == pytest.approx(1.125) and mse.item() == pytest.approx(0.5)
+
+
+def test_algorithm_config_math_selects_the_plain_or_fused_core_math(tmp_path):
+    import algorithms
+    import estimators
+    from rlkit.trainer.algorithm import Algorithm
+    from tests.experiment_factory import small_experiment
+
+    try:
+        Algorithm(small_experiment("unused", tmp_path, algorithm={"math": "plain"}))
+        assert algorithms.get_math() == estimators.get_math() == "plain"
+    finally:
+        Algorithm(small_experiment("unused", tmp_path))  # the default: fused
+    assert algorithms.get_math() == estimators.get_math() == "fused"

@@ -11,7 +11,7 @@ from rewards import RewardModel
 from rewards.reward_model import reward_model_text
 from rlkit.trainer.backend import TrainingBackend
 from rlkit.trainer.config import ExperimentConfig, ModelConfig, RewardModelConfig
-from rlkit.trainer.reward_model_role import RewardModelRole
+from rlkit.trainer.roles.reward_model import RewardModelScorer
 from rlkit.trainer.timing import PhaseTimer
 from tests.experiment_factory import small_experiment
 from tests.reward_models import SENTENCES, save_tiny_reward_model
@@ -43,7 +43,7 @@ def test_role_scores_equal_the_standalone_reward_model_at_any_token_budget(rm_di
     # The standalone RewardModel pools with transformers' own last-non-pad search; the role
     # pools at the attention mask's last token. Same texts, same scores, whatever the
     # micro-batching (budget 1: one row per forward).
-    role = RewardModelRole(
+    role = RewardModelScorer(
         RewardModelConfig(path=rm_dir, max_token_len_per_micro_batch=budget), backend
     )
     texts = [reward_model_text(role.tokenizer, p, r) for p, r in PAIRS]
@@ -54,7 +54,7 @@ def test_role_scores_equal_the_standalone_reward_model_at_any_token_budget(rm_di
 
 
 def test_a_truncated_text_keeps_its_end(rm_dir, backend):
-    role = RewardModelRole(RewardModelConfig(path=rm_dir, max_length=5), backend)
+    role = RewardModelScorer(RewardModelConfig(path=rm_dir, max_length=5), backend)
     rows = role.encode(["what is two plus two the answer is four"])
     full = role.tokenizer("what is two plus two the answer is four")["input_ids"]
     assert rows == [full[-5:]]
@@ -79,7 +79,7 @@ def test_trainer_scores_rollouts_with_the_reward_models_own_template(
     trainer.setup()
     try:
         prompts = trainer.train_prompts
-        scored = trainer._generate_and_score(prompts, [0, 1], trainer._sampling(), PhaseTimer())
+        scored = trainer.rollout.generate(prompts, [0, 1], trainer.rollout.sampling(), PhaseTimer())
         responses = trainer.tokenizer.batch_decode(
             [t.response_ids for t in scored.trajectories], skip_special_tokens=True
         )

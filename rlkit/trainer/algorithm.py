@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 import algorithms
+import estimators
 from rlkit.registry import ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES, Entry
 from rlkit.trainer.batch import TrainBatch
 
@@ -90,6 +91,9 @@ class Algorithm:
     def __init__(self, config: Any) -> None:
         a, o = config.algorithm, config.optim
         self.cfg = a
+        # Process-wide, read at every call: the registered functions stay the same.
+        algorithms.set_math(a.math)
+        estimators.set_math(a.math)
         self.estimator: Entry = ESTIMATORS.entry(a.adv_estimator)
         self.policy_loss: Entry = POLICY_LOSSES.entry(a.policy_loss)
         self.value_loss: Entry = VALUE_LOSSES.entry(a.value_loss)
@@ -130,6 +134,21 @@ class Algorithm:
             entropy=a.entropy_coeff != 0 or "entropy" in self.loss_inputs or on_policy,
             process_rewards=process_rewards,
         )
+
+        self.roles = self._declared_roles(config)
+
+    def _declared_roles(self, config: Any) -> tuple[str, ...]:
+        """The roles a step runs (``rlkit.registry.ROLES``), in the order of their forward
+        passes: the actor; the reference policy, the critic and PRIME's implicit PRM where
+        :attr:`needs` asks for them; the reward model where one is configured; then
+        ``AlgorithmConfig.roles``."""
+        needs, names = self.needs, ["actor"]
+        names += ["reference"] if needs.ref_log_probs else []
+        names += ["critic"] if needs.values else []
+        names += ["implicit_prm"] if needs.process_rewards else []
+        names += ["reward_model"] if config.reward_model.path else []
+        extra = [r for r in config.algorithm.roles if r not in names]
+        return (*names, *extra)
 
     @property
     def name(self) -> str:

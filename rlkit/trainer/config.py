@@ -240,6 +240,17 @@ class AlgorithmConfig:
     """Steps during which only the critic is updated."""
     value_loss: str = "clipped"
     """Critic loss name (``rlkit list value_losses``: clipped | mse | ``pkg.module:fn``)."""
+    roles: tuple[str, ...] = ()
+    """Roles a step runs beside those the algorithm needs (``rlkit.registry.ROLES``: a
+    registered name or ``path/to/file.py:Class``), e.g. a teacher for distillation; see
+    docs/extending.md."""
+    math: str = "fused"
+    """``fused``: the policy losses and estimators that keep a faster version beside their
+    plain math use it; ``plain``: every one runs its plain-torch version, to read or step
+    through (``algorithms.set_math``, ``estimators.set_math``; the same results)."""
+    role_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Settings of the roles in ``roles``, by the name given there (each role reads its
+    own: ``RoleContext.options``)."""
 
 
 OPTIMIZER_IMPLEMENTATIONS = ("torch", "fused", "foreach", "for_loop")
@@ -737,6 +748,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "val_temperature": NON_NEGATIVE,  # 0 = greedy
     },
     AlgorithmConfig: {
+        "math": Choice(("fused", "plain")),
         "gamma": FRACTION,
         "lam": FRACTION,
         "clip_ratio": POSITIVE,

@@ -15,13 +15,30 @@ from typing import Any
 import torch
 
 from rlkit.distributed import collectives as comm
+from rlkit.registry import ROLES
 from rlkit.rollout.trajectory import Trajectory
 from rlkit.trainer.batch import token_budget_split
 from rlkit.trainer.config import RewardModelConfig
 from rlkit.trainer.prompts import PromptSet
+from rlkit.trainer.roles.role import Role, RoleContext
 
 
-class RewardModelRole:
+@ROLES.register("reward_model", summary="a frozen sequence classifier scoring each rollout")
+class RewardModelRole(Role):
+    """``RewardModelConfig.path``'s model scores every rollout (:class:`RewardModelScorer`);
+    the ``reward_model`` reward reads the score from the reward context."""
+
+    def __init__(self, ctx: RoleContext) -> None:
+        super().__init__(ctx)
+        self.scorer = RewardModelScorer(ctx.config.reward_model, ctx.backend)
+
+    def score(
+        self, trajectories: list[Trajectory], responses: list[str], prompts: PromptSet
+    ) -> list[float]:
+        return self.scorer.score(trajectories, responses, prompts)
+
+
+class RewardModelScorer:
     """Score rollouts with a frozen ``AutoModelForSequenceClassification``.
 
     Args:

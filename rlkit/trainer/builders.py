@@ -1,0 +1,139 @@
+"""What a run builds before its first step, apart from the roles' models: the tokenizer,
+the prompt sets, optimizers and their schedules, seeds, host-memory settings."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlkit.trainer.optimizer import adamw
+from rlkit.trainer.prompts import PromptSet, tokenize_prompts
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's generators."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_tokenizer(model: Any) -> Any:
+    """The policy's tokenizer (``ModelConfig``): its pad token falls back to EOS, and
+    ``chat_template`` replaces its template."""
+    from transformers import AutoTokenizer
+
+    path = model.tokenizer_path or model.path
+    tok = AutoTokenizer.from_pretrained(
+        path, gguf_file=None if model.tokenizer_path else model.gguf_file
+    )
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if model.chat_template is not None:
+        from rlkit.data.chat_templates import resolve_chat_template
+
+        tok.chat_template = resolve_chat_template(model.chat_template)
+    return tok
+
+
+def tool_schemas(agent: Any) -> list[dict[str, Any]] | None:
+    """The schemas of the agent loop's tools, rendered into every prompt."""
+    if not agent.tools:
+        return None
+    from rlkit.tools import schemas
+
+    return schemas(agent.tools)
+
+
+def load_prompts(
+    data: Any, split: str, tokenizer: Any, tools: list[dict[str, Any]] | None
+) -> tuple[PromptSet, int]:
+    """The ``train`` or ``val`` prompts of ``DataConfig`` ``data``, tokenized, and how many
+    malformed rows were skipped (``on_error="skip"``)."""
+    from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
+
+    options = {
+        "question_key": data.question_key,
+        "answer_key": data.answer_key,
+        "system_prompt": data.system_prompt,
+        "on_error": data.on_error,
+    }
+    if data.instruction is not None:
+        options["instruction"] = data.instruction
+    source = data.train_files if split == "train" else data.val_files
+    if data.dataset_fn is not None:
+        dataset = data.dataset_fn(split)
+    elif source in SHARED_DATASETS:  # e.g. "gsm8k": the preset, with its instruction
+        preset_splits = SHARED_DATASETS[source].splits
+        wanted = "train" if split == "train" or "test" not in preset_splits else "test"
+        dataset = load_shared_dataset(source, wanted, **options)
+    else:
+        # A folder or hub val source reads its validation (or test) split, not train.
+        wanted = "train" if split == "train" else "validation"
+        dataset = load_prompt_dataset(source, split=wanted, **options)
+    try:
+        skipped = load_report(dataset).num_skipped
+    except ValueError:  # a dataset_fn's own dataset carries no load report
+        skipped = 0
+    if split == "val" and data.val_limit:
+        dataset = dataset.select(range(min(data.val_limit, len(dataset))))
+    prompts = tokenize_prompts(
+        dataset,
+        tokenizer,
+        max_prompt_length=data.max_prompt_length,
+        truncation=data.truncation,
+        use_chat_template=data.use_chat_template,
+        name=split,
+        tools=tools,
+    )
+    return prompts, skipped
+
+
+def optimizer_factory(optim: Any, lr: float) -> Callable[[Any], torch.optim.Optimizer]:
+    """``params -> AdamW`` with ``OptimConfig`` ``optim``'s settings at rate ``lr``."""
+
+    def make(params: Any) -> torch.optim.Optimizer:
+        return adamw(
+            params,
+            lr=lr,
+            betas=tuple(optim.betas),
+            weight_decay=optim.weight_decay,
+            implementation=optim.optimizer_implementation,
+        )
+
+    return make
+
+
+def scheduler(
+    optimizer: torch.optim.Optimizer, optim: Any, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over ``warmup_steps``, then constant or cosine decay to
+    ``min_lr_ratio`` (``OptimConfig.lr_schedule``), one scheduler step per RL step."""
+    total = max(1, total_steps)
+
+    def factor(step: int) -> float:
+        if step < optim.warmup_steps:
+            return (step + 1) / max(1, optim.warmup_steps)
+        if optim.lr_schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - optim.warmup_steps) / max(1, total - optim.warmup_steps))
+        return optim.min_lr_ratio + (1 - optim.min_lr_ratio) * 0.5 * (
+            1 + math.cos(math.pi * progress)
+        )
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def configure_host_memory(keep_freed: bool, platform: Any) -> str | None:
+    """Apply ``TrainerConfig.keep_freed_host_memory`` where tensors live in host memory;
+    returns why it could not be applied, if it could not."""
+    if not keep_freed or platform.device_type != "cpu":
+        return None
+    from rlkit.device.host_allocator import keep_freed_host_memory
+
+    reason = keep_freed_host_memory()
+    return None if reason is None else f"not applied: {reason}"

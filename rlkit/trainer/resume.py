@@ -1,0 +1,87 @@
+"""A run directory's checkpoints: what a checkpoint holds besides the modules, how a run
+resumes from one, and the step record a stopped run may not have logged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlkit.trainer import run_dir
+from rlkit.trainer.checkpoint import capture_rng_state, restore_rng_state
+
+
+def prepare_run_dir(cfg: Any, out_dir: Path, checkpoints: Any, backend: Any) -> list[str]:
+    """Check ``output_dir`` against ``resume_mode`` before anything is loaded.
+
+    ``disable``: a directory holding a run is refused, or cleared with
+    ``TrainerConfig.overwrite``. ``auto`` with a checkpoint: the configuration must match
+    the saved one up to :data:`~rlkit.trainer.run_dir.RESUMABLE_CHANGES`. Returns the
+    (allowed) changed fields, ``Section.field: old -> new``.
+    """
+    t = cfg.trainer
+    if t.resume_mode == "disable":
+        run_dir.refuse_or_clear(out_dir, overwrite=t.overwrite, is_main=backend.is_main_process)
+        backend.barrier()  # cleared before any process writes into it
+        return []
+    if t.resume_mode == "auto":
+        latest = checkpoints.latest()
+        if latest is not None:
+            return run_dir.check_resume_config(out_dir, cfg, latest)
+    return []
+
+
+def resume_path(mode: str, checkpoints: Any) -> Path | None:
+    """The checkpoint ``TrainerConfig.resume_mode`` resumes from, if any."""
+    if mode == "disable":
+        return None
+    return checkpoints.latest() if mode == "auto" else Path(mode)
+
+
+def save(trainer: Any, record: dict[str, float] | None) -> Path:
+    """Checkpoint ``trainer`` at its current step: every role's modules and state, the
+    prompt sampler, the KL controller, every RNG; ``record``: the step's metrics."""
+    state = {
+        "record": None if record is None else dict(record),
+        "step": trainer.step_count,
+        "sampler": trainer.sampler.state_dict(),
+        "kl_ctrl": trainer.algorithm.kl_ctrl.state_dict(),
+        "roles": {name: role.state_dict() for name, role in trainer.roles.items()},
+    }
+    return trainer.checkpoints.save(
+        trainer.step_count,
+        modules(trainer.roles),
+        state,
+        capture_rng_state(trainer.platform),
+    )
+
+
+def restore(trainer: Any, path: Path) -> dict[str, float] | None:
+    """Load checkpoint ``path`` into ``trainer``; returns the step record saved with it."""
+    state, rng = trainer.checkpoints.load(path, modules(trainer.roles))
+    trainer.step_count = state["step"]
+    trainer.sampler.load_state_dict(state["sampler"])
+    trainer.algorithm.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    for name, role in trainer.roles.items():
+        role.load_state_dict(state["roles"].get(name, {}))
+    for _ in range(state["step"]):
+        trainer.weights.bump()
+    restore_rng_state(rng, trainer.platform)
+    return state.get("record")
+
+
+def modules(roles: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Every role's checkpointed ``{name: (module, optimizer)}``."""
+    return {k: v for role in roles.values() for k, v in role.checkpoint_modules().items()}
+
+
+def unlogged(out_dir: Path, step: int, record: dict[str, float] | None) -> bool:
+    """Whether ``metrics.jsonl`` lacks the resumed checkpoint's own step (the run was
+    stopped after saving that step and before logging it) while its record is known."""
+    if record is None:
+        return False
+    logged = out_dir / "metrics.jsonl"
+    steps = set()
+    if logged.exists():
+        steps = {json.loads(line)["step"] for line in logged.read_text().splitlines() if line}
+    return step not in steps

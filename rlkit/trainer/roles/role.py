@@ -1,0 +1,108 @@
+"""The interface every model of a training step implements.
+
+A role is one model's part in a step: the actor (the policy being trained), the
+reference policy, the critic, the reward model, PRIME's implicit process reward model,
+or a user's own (a teacher for on-policy distillation, say). The
+:class:`~rlkit.trainer.algorithm.Algorithm` declares which roles a run needs
+(``Algorithm.roles``); the trainer builds them in that order, then at every step calls
+
+1. :meth:`Role.score` on the rollout, for roles that score responses;
+2. :meth:`Role.forward` in the declared order, before the advantages (no-grad passes
+   that fill fields of the :class:`~rlkit.trainer.batch.TrainBatch`);
+3. :meth:`Role.update` in ascending :attr:`Role.update_order`, after them.
+
+It checkpoints each role's :meth:`Role.checkpoint_modules` and :meth:`Role.state_dict`.
+A role never reaches into another through the trainer: :class:`RoleContext` hands it the
+run's shared objects and the roles built before it.
+
+A new role is a subclass registered in :data:`rlkit.registry.ROLES`, named in
+``AlgorithmConfig.roles`` (a registered name or ``"path/to/file.py:Class"``); see
+``docs/extending.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from rlkit.trainer.batch import TrainBatch
+
+
+@dataclass
+class RoleContext:
+    """What a role is built with.
+
+    Attributes:
+        config: the :class:`~rlkit.trainer.config.ExperimentConfig`.
+        backend: the :class:`~rlkit.trainer.backend.TrainingBackend` (prepare, unwrap).
+        algorithm: the run's :class:`~rlkit.trainer.algorithm.Algorithm`.
+        updater: the :class:`~rlkit.trainer.updater.Updater` (passes and optimizer steps).
+        tokenizer: the policy's tokenizer.
+        report: prints a line on the main process.
+        step: returns the number of steps trained so far.
+        roles: the roles built before this one, by name.
+        name: the name the role was declared under (filled in as each role is built).
+    """
+
+    config: Any
+    backend: Any
+    algorithm: Any
+    updater: Any
+    tokenizer: Any
+    report: Callable[[str], None]
+    step: Callable[[], int]
+    roles: dict[str, Role] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """This role's ``AlgorithmConfig.role_options`` entry (empty if none)."""
+        return dict(self.config.algorithm.role_options.get(self.name, {}))
+
+
+class Role:
+    """One model of a training step (see the module docstring). Every hook is optional.
+
+    Attributes:
+        forward_phase: the timer phase of :meth:`forward` (``timing_s/<phase>``).
+        update_phase: the timer phase of :meth:`update`.
+        update_order: roles update in ascending order (the critic before the actor).
+    """
+
+    forward_phase: ClassVar[str | None] = None
+    update_phase: ClassVar[str | None] = None
+    update_order: ClassVar[int] = 100
+
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
+        self.options = ctx.options
+
+    def score(self, trajectories: list, responses: list[str], prompts: Any) -> list[float] | None:
+        """This process's rollout: one score per trajectory, or None (no scoring)."""
+        return None
+
+    def forward(self, batch: TrainBatch) -> dict[str, float]:
+        """No-grad passes before the advantages, writing into ``batch``; metrics."""
+        return {}
+
+    def forward_needed(self) -> bool:
+        """Whether :meth:`forward` runs this step (its phase is timed as 0 when not)."""
+        return True
+
+    def update(self, batch: TrainBatch) -> dict[str, float]:
+        """Optimizer steps after the advantages; metrics."""
+        return {}
+
+    def checkpoint_modules(self) -> dict[str, tuple[torch.nn.Module, Any]]:
+        """``{name: (module, optimizer or None)}`` saved in each checkpoint."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Other state saved in each checkpoint (a learning-rate schedule, say)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` on resume."""

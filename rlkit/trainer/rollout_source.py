@@ -1,0 +1,200 @@
+"""The rollout side of a step: prompts drawn, responses generated, rewards scored.
+
+:class:`RolloutSource` turns the next prompts of the epoch into a scored
+:class:`~rlkit.trainer.batch.TrainBatch` for the trainer. It is the one seam between
+generation and training: a step asks it for a batch (:meth:`RolloutSource.next_batch`)
+and never sees the engine, the agent loop or the reward functions. Each process
+generates for its share of the prompts; the scored rollouts are gathered, so every
+process returns the same global batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rlkit.distributed import collectives as comm
+from rlkit.rollout.agent_loop import AgentRequest, loop_metrics
+from rlkit.rollout.base import SamplingParams, split_engine_metrics
+from rlkit.trainer.batch import TrainBatch
+from rlkit.trainer.prompts import PromptSampler, PromptSet
+from rlkit.trainer.scoring import ScoredRollout, score_rollout
+from rlkit.trainer.timing import PhaseTimer
+
+EngineMetrics = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+class RolloutSource:
+    """Scored rollouts of the training prompts, with DAPO's dynamic sampling and ReMax's
+    greedy baselines where the algorithm asks for them.
+
+    Args:
+        config: the :class:`~rlkit.trainer.config.ExperimentConfig`.
+        engine: the rollout engine (``rlkit.registry.ROLLOUT_ENGINES``).
+        agent_loop, agent: the agent loop and its configuration.
+        tokenizer: the policy's tokenizer.
+        weights: the policy weights the engine samples with (their version is recorded
+            on every token).
+        prompts, sampler: the training prompts and the epoch's draw of them.
+        scorers: roles that score responses (a reward model).
+        needs: the algorithm's :class:`~rlkit.trainer.algorithm.Needs`.
+        report: prints a line on the main process.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        engine: Any,
+        agent_loop: Callable[..., Any],
+        agent: Any,
+        tokenizer: Any,
+        weights: Any,
+        prompts: PromptSet,
+        sampler: PromptSampler,
+        scorers: list[Any],
+        needs: Any,
+        report: Callable[[str], None],
+        world: tuple[int, int],
+    ) -> None:
+        self.cfg, self.engine, self.agent_loop, self.agent = config, engine, agent_loop, agent
+        self.tokenizer, self.weights, self.prompts, self.sampler = (
+            tokenizer,
+            weights,
+            prompts,
+            sampler,
+        )
+        self.scorers, self.needs, self.report = scorers, needs, report
+        self.rank, self.world = world
+        self.step = 0  # the step being generated for (messages)
+        self.gauges: dict[str, float] = {}
+        """The engine's server states after the main process's latest rollout."""
+        self.num_skipped_rows = 0  # malformed training rows dropped at load (on_error)
+        self._undeclared: set[str] = set()
+
+    def sampling(self, *, validation: bool = False, greedy: bool = False) -> SamplingParams:
+        """Training sampling, validation's (``val_n``, ``val_temperature``), or one greedy
+        response per prompt (a baseline)."""
+        r = self.cfg.rollout
+        if greedy:
+            return SamplingParams(max_new_tokens=r.max_response_length, temperature=0.0, n=1)
+        return SamplingParams(
+            max_new_tokens=r.max_response_length,
+            temperature=r.val_temperature if validation else r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            n=r.val_n if validation else r.n,
+        )
+
+    def next_batch(self, step: int, timer: PhaseTimer) -> tuple[TrainBatch | None, dict]:
+        """The step's global batch of ``train_batch_size`` prompt groups and its rollout
+        metrics; ``None`` when group filtering kept no group (the update is skipped)."""
+        a, size = self.cfg.algorithm, self.cfg.data.train_batch_size
+        self.step = step
+        kept: list[ScoredRollout] = []
+        num_groups = num_gen = 0
+        while True:  # DAPO: draw again until enough groups with varied outcomes
+            num_gen += 1
+            indices = self.sampler.next(size)
+            scored = self.generate(self.prompts, indices, self.sampling(), timer)
+            if self.needs.greedy_baseline:  # ReMax
+                greedy = self.generate(self.prompts, indices, self.sampling(greedy=True), timer)
+                scored.attach_baselines(greedy)
+            if a.filter_groups:
+                scored = scored.keep_varied_groups(a.filter_metric)
+            kept.append(scored)
+            num_groups += scored.num_groups()
+            if not a.filter_groups or num_groups >= size or num_gen >= a.max_num_gen_batches:
+                break
+        rollout = ScoredRollout.concat(kept).first_groups(size)
+        metrics = {
+            "train/num_gen_batches": float(num_gen),
+            "train/num_truncated_prompts": float(self.prompts.num_truncated),
+            "train/num_filtered_prompts": float(self.prompts.num_filtered),
+            "train/num_skipped_rows": float(self.num_skipped_rows),
+            **rollout.metrics,
+            **loop_metrics(rollout.trajectories),
+            **self.gauges,
+        }
+        if a.filter_groups:
+            metrics["train/num_kept_groups"] = float(rollout.num_groups())
+        if len(rollout) == 0:
+            self.report(
+                f"step {step}: no group with varied {a.filter_metric} after {num_gen} "
+                f"generation batches; update skipped"
+            )
+            return None, metrics | {"train/skipped_step": 1.0}
+        return rollout.to_batch(pad_token_id=self.tokenizer.pad_token_id), metrics
+
+    def generate(
+        self, prompts: PromptSet, indices: list[int], params: SamplingParams, timer: PhaseTimer
+    ) -> ScoredRollout:
+        """Generate for this process's share of ``indices``; the global scored rollout."""
+        with timer("gen"):
+            per = -(-len(indices) // self.world)
+            mine = indices[self.rank * per : (self.rank + 1) * per]
+            requests = [
+                AgentRequest(
+                    prompts.token_ids[i],
+                    prompts.messages[i],
+                    ground_truth=prompts.ground_truths[i],
+                    data_source=prompts.data_sources[i],
+                    extra_info=prompts.extra_infos[i],
+                )
+                for i in mine
+            ]
+            with timer("generate_sequences"):  # the agent loop and engine alone
+                trajectories, engine_metrics = self.agent_loop(
+                    self.engine,
+                    requests,
+                    params,
+                    tokenizer=self.tokenizer,
+                    config=self.agent,
+                    policy_version=self.weights.version,
+                )
+            # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
+            groups = [self.rank * per + t.prompt_index for t in trajectories]
+            for traj in trajectories:
+                traj.prompt_index = mine[traj.prompt_index]
+        model_scores = None
+        if self.scorers:
+            with timer("reward_model"):
+                responses = self.tokenizer.batch_decode(
+                    [t.response_ids for t in trajectories], skip_special_tokens=True
+                )
+                for scorer in self.scorers:
+                    model_scores = scorer.score(trajectories, responses, prompts)
+        with timer("reward"):
+            scored = score_rollout(
+                trajectories, prompts, self.tokenizer, self.cfg, groups, model_scores
+            )
+        counters, gauges = self._engine_metrics(engine_metrics)
+        scored.metrics |= counters  # they add up over processes and rounds, as rewards do
+        self._note_gauges(gauges)
+        return ScoredRollout.concat(comm.gather_objects(scored))
+
+    def _engine_metrics(self, metrics: dict[str, float]) -> tuple[dict, dict]:
+        """The engine's counters and gauges, as it declares them; a name it reports
+        without declaring is warned about once, not logged."""
+        counters, gauges, undeclared = split_engine_metrics(self.engine, metrics)
+        for name in sorted(set(undeclared) - self._undeclared):
+            self._undeclared.add(name)
+            self.report(
+                f"warning: the rollout engine reports {name!r} without declaring it in its "
+                f"`counters` or `gauges`: not logged"
+            )
+        return counters, gauges
+
+    def _note_gauges(self, gauges: dict[str, float]) -> None:
+        """Keep the engine's server states for the step's metrics; warn when a server was
+        restarted since the last rollout (a step slowed by a restart is otherwise silent)."""
+        before = self.gauges.get("rollout/server_restarts")
+        after = gauges.get("rollout/server_restarts")
+        if before is not None and after is not None and after > before:
+            servers = "; ".join(self.engine.restarted_servers()) or "see the engine's log"
+            self.report(
+                f"warning: step {self.step}: {int(after - before)} rollout server restart(s) "
+                f"during this "
+                f"rollout, which slows the step "
+                f"({gauges.get('rollout/servers_usable', float('nan')):g} usable now): {servers}"
+            )
+        self.gauges = gauges

@@ -1,0 +1,71 @@
+"""The run's log: the metrics logger of the main process and the lines a run starts with."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import gin
+
+from rlkit.models.attention_features import attention_features
+from rlkit.trainer import run_dir
+
+
+def open_logger(trainer: Any) -> Any:
+    """Write the run's configuration files and open its
+    :class:`~rlkit.logging.MetricsLogger` (main process)."""
+    from rlkit.logging import MetricsLogger
+
+    cfg = trainer.cfg
+    resumed_step = None if trainer.resumed_from is None else trainer.step_count
+    run_dir.write_configs(trainer.out_dir, gin.config_str(), cfg, resumed_step)
+    return MetricsLogger(
+        trainer.out_dir,
+        total_steps=cfg.trainer.total_steps,
+        tensorboard=cfg.trainer.tensorboard,
+        progress_bar=cfg.trainer.progress_bar,
+        start_step=trainer.step_count,
+        # Resumed: steps after the checkpoint are logged again; a new run (in auto mode,
+        # over an attempt that saved no checkpoint) starts the file over.
+        keep_through_step=-1 if resumed_step is None else resumed_step,
+        loggers=cfg.trainer.loggers,
+        project_name=cfg.trainer.project_name,
+        experiment_name=cfg.trainer.experiment_name,
+        config=cfg,  # trackers record the configuration with the run
+    )
+
+
+def startup_lines(trainer: Any) -> list[str]:
+    """What the run is (platform, processes, estimator, loss, engine, kernels), what the
+    model's features change, and what differs from the run being resumed."""
+    cfg, algorithm = trainer.cfg, trainer.algorithm
+    lines = [
+        f"rlkit: platform={trainer.platform.name} processes={trainer.world} "
+        f"estimator={algorithm.estimator.name} loss={algorithm.policy_loss.name} "
+        f"engine={cfg.rollout.engine} kernels={trainer.kernel_choices}"
+        + (f" resumed_from={trainer.resumed_from}" if trainer.resumed_from else "")
+    ]
+    lines += attention_features(trainer.roles["actor"].backbone.config).notes()
+    if trainer.host_memory_note:
+        lines.append(f"TrainerConfig.keep_freed_host_memory: {trainer.host_memory_note}")
+    if trainer.resume_changes:
+        lines.append("changed since the run started: " + "; ".join(trainer.resume_changes))
+    return lines
+
+
+def plot_learning_curve(out_dir: Path, title: str) -> None:
+    """``learning_curve.png`` from ``metrics.jsonl``; a plot is a convenience, so failing
+    to draw it (no metric to show, a full disk, a matplotlib problem) warns and the run
+    still succeeds."""
+    from rlkit.logging import plot_learning_curves
+
+    try:
+        plot_learning_curves(
+            {out_dir.name: out_dir / "metrics.jsonl"},
+            out_dir / "learning_curve.png",
+            keys=("critic/score/mean", "val/*"),
+            title=title,
+        )
+    except Exception as exc:  # noqa: BLE001 - any failure of the plot alone
+        warnings.warn(f"learning_curve.png not written: {exc!r}", stacklevel=2)
