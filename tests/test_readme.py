@@ -1,4 +1,4 @@
-"""The README's promises: its Python example runs, its commands match CI."""
+"""The README's promises: its Python example runs, its commands match CI, its links resolve."""
 
 import re
 from pathlib import Path
@@ -25,3 +25,37 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_main_command_names_an_existing_experiment():
     match = re.search(r"rlkit train (experiments/\S+\.gin)", README)
     assert match and (ROOT / match.group(1)).is_file()
+
+
+def test_readme_states_both_commands_exactly():
+    assert "bash scripts/setup.sh && .venv/bin/rlkit train experiments/demo.gin" in README
+    assert "bash scripts/setup.sh && .venv/bin/python -m pytest -q" in README
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of the headings of ``markdown`` (code blocks skipped)."""
+    found: set[str] = set()
+    counts: dict[str, int] = {}
+    text = re.sub(r"```.*?```", "", markdown, flags=re.S)
+    for heading in re.findall(r"^#{1,6}\s+(.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        n = counts.get(slug, 0)
+        counts[slug] = n + 1
+        found.add(slug if n == 0 else f"{slug}-{n}")
+    return found
+
+
+def test_readme_links_resolve():
+    text = re.sub(r"```.*?```", "", README, flags=re.S)
+    broken = []
+    for link in re.findall(r"\]\(([^)\s]+)\)", text):
+        if link.startswith(("http://", "https://")):
+            continue
+        target, _, anchor = link.partition("#")
+        path = ROOT / target if target else ROOT / "README.md"
+        missing_anchor = (
+            path.exists() and anchor and path.suffix == ".md"
+        ) and anchor not in _anchors(path.read_text())
+        if not path.exists() or missing_anchor:
+            broken.append(link)
+    assert not broken, f"README links to missing files or headings: {broken}"
