@@ -28,9 +28,12 @@ that way (0 when none, so that the logged mean is over every response). The coun
 ``tests_passed`` add up to ``tests_total``. ``failure`` (a string, not logged) says how
 the first failing case failed.
 
-Not a security boundary (see :mod:`rlkit.tools.python_sandbox`): the code can read and
-write whatever its user may, and, running as the caller's user, signal the caller's
-processes. Score untrusted code at scale inside a container.
+What contains the code depends on the sandbox's isolation mode (see
+:mod:`rlkit.tools.isolation` and docs/tools.md): under bubblewrap it has no network, a
+read-only file system but for its scratch directory, its own PID namespace and no view
+of secrets; without bubblewrap, as root it runs as ``nobody`` and Unix permissions are
+the boundary, and as another user it can read and write whatever that user may and
+signal the caller's processes.
 """
 
 from __future__ import annotations
@@ -97,9 +100,9 @@ class CodeTestOptions:
         parallel_cases: cases of one response run at the same time (threads, one
             process each). Keep 1 when ``DataConfig.reward_workers`` already uses the
             cores: responses are then scored in parallel instead.
-        python: the interpreter that runs the code; ``None``: this process's. As root,
-            one that other users can run (``/usr/bin/python3``) lets the code run as
-            ``nobody``.
+        python: the interpreter that runs the code; ``None``: this process's. As root
+            without bubblewrap, one that other users can run (``/usr/bin/python3``) lets
+            the code run as ``nobody``.
         site_packages: let the code import this interpreter's installed packages
             (numpy, ...); by default only the standard library imports.
     """

@@ -16,6 +16,7 @@ import torch
 import rlkit.device
 from rlkit.device.platform import Platform
 from rlkit.kernels import KernelUnavailableError, choose, describe
+from rlkit.tools.isolation import describe_isolation
 
 #: Packages whose presence changes which kernels can run.
 _PACKAGES = ("torch", "transformers", "torch_npu", "flash_attn", "liger_kernel", "gin-config")
@@ -117,6 +118,7 @@ def main(argv: list[str]) -> int:
         + f"python={python_platform.python_version()}, "
         + ", ".join(f"{p}={_version(p)}" for p in _PACKAGES)
     )
+    lines.append("sandbox         " + describe_isolation())
     lines.append("")
     lines += _kernel_section(platform, args.all)
     print("\n".join(lines))

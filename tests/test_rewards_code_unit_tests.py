@@ -98,8 +98,14 @@ def other_user_python():
 
 
 @pytest.fixture
-def report_dir():
-    """A folder any user may write, where hostile code leaves its session id."""
+def report_dir(monkeypatch):
+    """A folder any user may write, where hostile code leaves its session id.
+
+    Only the process mode lets the code write outside its scratch directory and shows
+    host session ids, so the tests using this folder run in that mode (the boundary
+    suite, tests/test_sandbox_boundary.py, covers bubblewrap).
+    """
+    monkeypatch.setenv("RLKIT_SANDBOX_ISOLATION", "process")
     path = tempfile.mkdtemp(prefix="rlkit-code-reward-test-")
     os.chmod(path, 0o777)
     yield path
@@ -356,12 +362,15 @@ def test_the_callers_files_are_out_of_reach_as_nobody(host_unchanged, other_user
     folder = host_unchanged
     secret = json.dumps({"inputs": [""], "outputs": ["hunter2"]})
     read = f"print(open({str(folder / 'secret.txt')!r}).read())\n"
+    # Refused as nobody; under bubblewrap the caller's /tmp is not even there.
+    refused = ("PermissionError", "FileNotFoundError", "Read-only file system")
     result = code_unit_tests(read, secret, python=other_user_python, **FAST)
     assert result["score"] == 0.0 and failures(result) == {"code/runtime_error": 1.0}
-    assert "PermissionError" in result["failure"]
+    assert any(word in result["failure"] for word in refused), result["failure"]
     write = f"open({str(folder / 'planted.txt')!r}, 'w').write('x')\nprint('hunter2')\n"
     result = code_unit_tests(write, secret, python=other_user_python, **FAST)
-    assert result["score"] == 0.0 and "PermissionError" in result["failure"]
+    assert result["score"] == 0.0
+    assert any(word in result["failure"] for word in refused), result["failure"]
 
 
 def test_closing_stdout_fails_the_case(host_unchanged):

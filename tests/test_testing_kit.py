@@ -11,9 +11,11 @@ status.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -568,3 +570,70 @@ def test_rlkit_check_kind_flag_picks_the_registry():
     proc = _rlkit("gpg", "--kind", "loss", "--max-examples", "5", "--only", "finite")
     assert proc.returncode == 0, proc.stderr
     assert "policy loss gpg" in proc.stdout
+
+
+HOSTILE = textwrap.dedent(
+    """
+    import ctypes
+    import pathlib
+    import time
+
+
+    def segfaults(token_level_rewards, response_mask, **kw):
+        if token_level_rewards.numel() > 0:
+            ctypes.string_at(0)
+        return token_level_rewards, token_level_rewards
+
+
+    def never_returns(token_level_rewards, response_mask, **kw):
+        pathlib.Path("started").touch()
+        while True:
+            time.sleep(0.01)
+    """
+)
+
+
+def test_rlkit_check_names_the_signal_property_and_input_of_a_crash(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "hostile.py").write_text(HOSTILE)
+    proc = _rlkit(
+        "sub/hostile.py:segfaults", "--max-examples", "3", "--only", "finite", cwd=tmp_path
+    )
+    assert proc.returncode == 1
+    assert "crashed (SIGSEGV) in property 'finite' on input 1:" in proc.stderr
+    assert "token_level_rewards = " in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_rlkit_check_stops_an_input_past_its_time_limit(tmp_path):
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    target = f"{tmp_path / 'hostile.py'}:never_returns"  # an absolute file path
+    proc = _rlkit(target, "--only", "finite", "--timeout-s", "1", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "timed out after 1 s in property 'finite' on input 1:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_rlkit_check_interrupted_says_so_in_one_line(tmp_path):
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rlkit.cli",
+            "check",
+            "hostile.py:never_returns",
+            "--only",
+            "finite",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.strip() == "rlkit check: interrupted"

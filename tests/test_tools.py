@@ -255,6 +255,7 @@ def test_parse_accepts_raw_newlines_in_strings_and_missing_arguments():
         ),
         ('{"name": "calculator", "arguments": [1, 2]}', '"arguments" must be a JSON object'),
         ('["calculator"]', "expected a JSON object"),
+        ('{"name": "calculator", "arguments": {"n": ' + "9" * 5000 + "}}", "unreadable JSON"),
     ],
 )
 def test_parse_errors_never_raise(body, fragment):

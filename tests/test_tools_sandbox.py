@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import shutil
 import sys
 import time
 
@@ -36,6 +35,21 @@ def my_children() -> set[int]:
             continue
         if int(fields[1]) == me and fields[0] not in (b"Z", b"X"):
             out.add(int(name))
+    return out
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Live processes carrying a call's ``RLKIT_SANDBOX_ID`` marker (readable as root)."""
+    needle = f"RLKIT_SANDBOX_ID={marker}".encode()
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                found = needle in f.read().split(b"\0")
+        except OSError:
+            continue
+        if found and is_alive(int(name)):
+            out.append(int(name))
     return out
 
 
@@ -85,6 +99,7 @@ def test_a_fork_bomb_is_contained():
     code = """
 import os, time
 print("session", os.getsid(0), flush=True)
+print("marker", os.environ["RLKIT_SANDBOX_ID"], flush=True)
 forked = 0
 for _ in range(1000):
     try:
@@ -107,7 +122,9 @@ time.sleep(60)
     assert result.status in ("error", "timeout")
     assert "fork refused" in result.output or result.reason == "processes"
     session = int(re.search(r"session (\d+)", result.output).group(1))
-    assert [p for p in session_members(session) if is_alive(p)] == []
+    if result.mode == "process":  # a host session id; in a PID namespace it is not
+        assert [p for p in session_members(session) if is_alive(p)] == []
+    assert marked_processes(re.search(r"marker (\w+)", result.output).group(1)) == []
     assert my_children() == baseline
 
 
@@ -125,7 +142,14 @@ def test_the_callers_environment_does_not_reach_the_code(monkeypatch):
     assert result.status == "ok"
     names, secret = result.text.splitlines()
     assert "RLKIT_SECRET" not in names and secret == "None"
-    assert set(ast.literal_eval(names)) <= {"PATH", "LANG", "HOME", "TMPDIR", "RLKIT_SANDBOX_ID"}
+    assert set(ast.literal_eval(names)) <= {
+        "PATH",
+        "LANG",
+        "HOME",
+        "TMPDIR",
+        "PWD",  # bubblewrap sets it to the scratch directory
+        "RLKIT_SANDBOX_ID",
+    }
 
 
 def test_files_land_in_a_scratch_directory_that_is_removed(tmp_path, monkeypatch):
@@ -154,15 +178,15 @@ def test_a_background_child_is_killed_with_the_call(new_session):
         "import subprocess, sys\n"
         "p = subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(60)'],"
         f" start_new_session={new_session})\n"
-        "print(p.pid)"
+        "print(p.pid, __import__('os').environ['RLKIT_SANDBOX_ID'])"
     )
     result = run_python(code)
     assert result.status == "ok", result.text
-    pid = int(result.text)
+    marker = result.text.split()[1]
     deadline = time.monotonic() + 2
-    while is_alive(pid) and time.monotonic() < deadline:
+    while marked_processes(marker) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not is_alive(pid)
+    assert marked_processes(marker) == []
     assert my_children() == baseline
 
 
@@ -190,28 +214,14 @@ def test_direct_use_raises_tool_errors():
 
 
 def test_calls_run_concurrently():
-    # Four calls that each wait for a file the others create: they only all finish if
-    # they run at the same time.
-    code = (
-        "import os, time\n"
-        "d = os.environ['SHARED']\n"
-        "open(os.path.join(d, str(os.getpid())), 'w').close()\n"
-        "t = time.monotonic()\n"
-        "while len(os.listdir(d)) < 4 and time.monotonic() - t < 8:\n"
-        "    time.sleep(0.01)\n"
-        "print(len(os.listdir(d)))"
-    )
-    shared = "/tmp/rlkit-tools-test-shared"
-    shutil.rmtree(shared, ignore_errors=True)
-    os.makedirs(shared, mode=0o777)
-    os.chmod(shared, 0o777)
-    try:
-        code = code.replace("os.environ['SHARED']", repr(shared))
-        calls = [ToolCall("python", {"code": code}) for _ in range(4)]
-        results = run_tool_calls(calls, timeout_s=10, max_concurrency=4)
-    finally:
-        shutil.rmtree(shared, ignore_errors=True)
-    assert [r.text for r in results] == ["4"] * 4
+    # Each call notes when it starts, waits, then notes when it ends: run at the same
+    # time, every call starts before any ends (the sandboxes share only the clock).
+    code = "import time\nstart = time.time()\ntime.sleep(1.0)\nprint(start, time.time())"
+    calls = [ToolCall("python", {"code": code}) for _ in range(4)]
+    results = run_tool_calls(calls, timeout_s=10, max_concurrency=4)
+    assert [r.status for r in results] == ["ok"] * 4, [r.text for r in results]
+    spans = [tuple(map(float, r.text.split())) for r in results]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")

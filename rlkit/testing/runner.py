@@ -37,6 +37,10 @@ ATOL = 1e-9
 
 Check = Callable[[Any], "str | None"]
 
+#: Called with (property name, input) before each check of an input; ``rlkit check``
+#: sets it in its child process, so that a crash or a hang can name the input.
+PROGRESS: Callable[[str, Any], None] | None = None
+
 
 class ContractError(Exception):
     """A function under test returned something of the wrong kind (not a tensor, a wrong shape)."""
@@ -173,6 +177,8 @@ def run_property(
     defaults: Mapping[str, Any] | None = None,
 ) -> PropertyResult:
     """Search ``strategy`` for a shrunk input failing ``check`` (once, on None, for a static check)."""
+    if PROGRESS is not None:
+        check = _announced(prop.name, check, PROGRESS)
     if strategy is None:
         message = guarded(check, None)
         return PropertyResult(prop.name, message is None, message, prop.description, 1)
@@ -188,6 +194,14 @@ def run_property(
     message = guarded(check, case) or "failed while shrinking, passes on the shrunk input (flaky)"
     text = f"{format_case(case, defaults)}\n-> {message}"
     return PropertyResult(prop.name, False, text, prop.description, max_examples)
+
+
+def _announced(name: str, check: Check, progress: Callable[[str, Any], None]) -> Check:
+    def announced(case: Any) -> str | None:
+        progress(name, case)
+        return check(case)
+
+    return announced
 
 
 def run_battery(

@@ -50,6 +50,12 @@ def _json_kind(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
+def _short_reason(exc: Exception, limit: int = 120) -> str:
+    """The first ``limit`` characters of an exception's message, on one line."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
 def _parse_block(body: str, number: int) -> tuple[ToolCall | None, str | None]:
     where = f"tool call {number}"
     try:
@@ -59,6 +65,8 @@ def _parse_block(body: str, number: int) -> tuple[ToolCall | None, str | None]:
         return None, f"{where}: malformed JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
     except RecursionError:
         return None, f"{where}: malformed JSON (nested too deeply)"
+    except ValueError as exc:  # e.g. an integer past sys.get_int_max_str_digits()
+        return None, f"{where}: unreadable JSON ({_short_reason(exc)})"
     if not isinstance(obj, Mapping):
         return (
             None,

@@ -36,10 +36,13 @@ What contains it (see :class:`PythonSandbox` for the numbers):
   the first ``max_output_bytes`` of each are read back. An uncaught ``MemoryError``
   (an allocation past ``RLIMIT_AS``) is reported as its own reason, ``"memory"``.
 
-This is a guard against accidents and runaway code, not a security boundary: there
-is no network or file-system isolation beyond Unix permissions (as root, the code can
-write where root can), and a process that leaves the session *and* replaces its
-environment escapes the clean-up. Run untrusted code at scale inside a container.
+Isolation (:mod:`rlkit.tools.isolation`, :attr:`PythonSandbox.isolation`): where
+bubblewrap works, the interpreter runs inside it, which makes the sandbox a boundary
+(no network, read-only file system but for the scratch directory, its own PID
+namespace, secrets hidden, every process gone with the call). Without it the above is
+a guard against accidents and runaway code: no network or file-system isolation
+beyond Unix permissions, and a process that leaves the session *and* replaces its
+environment escapes the clean-up.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from pathlib import Path
 
 from rlkit.registry import TOOLS
 from rlkit.tools.base import Tool, ToolError, ToolTimeout
+from rlkit.tools.isolation import bubblewrap_argv, bubblewrap_problem, exit_status
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +80,8 @@ MEMORY_EXIT_CODE = 86
 _MAX_POLL_S = 0.05
 
 # Kept to modules that start fast (no json, re or ast on the plain path): it runs before
-# every call. argv: limits "NAME=soft:hard,...", then "code_bytes alarm_s echo".
+# every call. argv: limits "NAME=soft:hard,...", then "code_bytes alarm_s echo uid gid"
+# (uid -1: keep the user it started as).
 _BOOTSTRAP = r"""
 import sys
 def _limit():
@@ -91,9 +96,18 @@ def _limit():
                 pass
 _limit()
 del _limit
+def _drop():
+    import os
+    uid, gid = (int(v) for v in sys.argv[2].split()[3:5])
+    if uid >= 0:  # inside bubblewrap, started as root: become the sandbox user
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+_drop()
+del _drop
 def _run():
     import builtins, os
-    code_bytes, alarm_s, echo = (int(v) for v in sys.argv[2].split())
+    code_bytes, alarm_s, echo = (int(v) for v in sys.argv[2].split()[:3])
     try:  # ends this process should the caller die before it can kill it
         import _signal
         _signal.alarm(alarm_s)
@@ -305,6 +319,13 @@ class SandboxResult:
     duration_s: float
     uid: int
     stderr: str = ""
+    mode: str = "process"
+
+
+#: Values of :attr:`PythonSandbox.isolation`.
+ISOLATION_CHOICES = ("auto", "bubblewrap", "process")
+#: Environment variable that decides for sandboxes left at ``isolation="auto"``.
+ISOLATION_VARIABLE = "RLKIT_SANDBOX_ISOLATION"
 
 
 @dataclass(frozen=True)
@@ -333,6 +354,10 @@ class PythonSandbox:
             as the last line must not print its return value) and starts faster (no
             ``ast`` or ``linecache`` import; tracebacks the code prints itself then
             show no source lines, the one printed for an uncaught exception does).
+        isolation: ``"auto"`` (the ``RLKIT_SANDBOX_ISOLATION`` environment variable
+            when set, else bubblewrap where it works, else plain processes),
+            ``"bubblewrap"`` (refuse to run without it) or ``"process"`` (never use
+            it); see :mod:`rlkit.tools.isolation` for what each mode guarantees.
     """
 
     timeout_s: float = 10.0
@@ -346,13 +371,58 @@ class PythonSandbox:
     site_packages: bool = False
     separate_stderr: bool = False
     echo_last_expression: bool = True
+    isolation: str = "auto"
 
-    def _identity(self, exe: str) -> tuple[int, int] | None:
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_CHOICES:
+            raise ValueError(
+                f"isolation must be one of {ISOLATION_CHOICES}, got {self.isolation!r}"
+            )
+
+    def mode(self) -> str:
+        """The isolation this sandbox runs code under: ``"bubblewrap"`` or ``"process"``.
+
+        Raises:
+            ToolError: ``isolation="bubblewrap"`` and bubblewrap does not work here.
+        """
+        wanted = self.isolation
+        if wanted == "auto":  # the operator's choice for every sandbox of the process
+            wanted = os.environ.get(ISOLATION_VARIABLE, "auto").strip().lower() or "auto"
+            if wanted not in ISOLATION_CHOICES:
+                raise ToolError(
+                    f"Error: {ISOLATION_VARIABLE}={wanted!r}; expected one of {ISOLATION_CHOICES}"
+                )
+        if wanted == "process":
+            return "process"
+        problem = bubblewrap_problem()
+        if problem and wanted == "bubblewrap":
+            raise ToolError(f"Error: the Python sandbox needs bubblewrap: {problem}")
+        return "process" if problem else "bubblewrap"
+
+    def _interpreter(self, mode: str) -> str:
+        """The interpreter to run: as root without bubblewrap, one ``nobody`` can reach.
+
+        A same-version system interpreter replaces an unreachable one (a pyenv or uv
+        install under ``/root``) when only the standard library is needed, so that the
+        code still runs as ``nobody`` rather than as root.
+        """
+        exe = self.executable or sys.executable
+        if mode == "bubblewrap" or self.executable or self.site_packages:
+            return exe
+        if self.user != "auto" or os.geteuid() != 0 or _reachable_by_others(exe):
+            return exe
+        return _system_twin(exe) or exe
+
+    def _identity(self, exe: str, mode: str) -> tuple[int, int] | None:
         """(uid, gid) to switch to, or None to run as the caller."""
         if self.user is None:
             return None
         if self.user == "auto":
-            if os.geteuid() != 0 or exe in _unreachable:
+            if os.geteuid() != 0:
+                return None
+            if mode == "bubblewrap":  # the interpreter's directories are bound back
+                return NOBODY, NOBODY
+            if exe in _unreachable:
                 return None
             same = os.path.realpath(exe) == os.path.realpath(sys.executable)
             needed = [exe, sysconfig.get_path("stdlib")] if same else [exe]
@@ -408,8 +478,9 @@ class PythonSandbox:
         limit = float(self.timeout_s if timeout_s is None else timeout_s)
         if not limit > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        exe = self.executable or sys.executable
-        identity = self._identity(exe)
+        mode = self.mode()
+        exe = self._interpreter(mode)
+        identity = self._identity(exe, mode)
         start = time.monotonic()
         top = tempfile.mkdtemp(prefix="rlkit-python-")
         try:
@@ -423,13 +494,13 @@ class PythonSandbox:
             # The alarm: two seconds past the time limit, rounded up (module docstring).
             settings = (len(source), max(1, math.ceil(limit)) + 2, int(self.echo_last_expression))
             try:
-                proc, uid, token = self._start(exe, identity, paths, limit, settings)
+                proc, uid, token = self._start(exe, identity, paths, limit, settings, mode)
             except OSError as exc:
-                if self.user != "auto" or identity is None:
+                if self.user != "auto" or identity is None or mode == "bubblewrap":
                     raise ToolError(f"Error: the Python sandbox could not start: {exc}") from exc
                 _unreachable.add(exe)  # the reachability check was wrong: run as the caller
                 _warn_once(exe, "python tool: cannot start %s as nobody (%s)", exe, exc)
-                proc, uid, token = self._start(exe, None, paths, limit, settings)
+                proc, uid, token = self._start(exe, None, paths, limit, settings, mode)
             marker = f"{MARKER_VARIABLE}={token}".encode()
             try:
                 watch = self.max_processes is not None and uid == 0
@@ -442,7 +513,8 @@ class PythonSandbox:
         finally:
             _remove_tree(top)
         duration = time.monotonic() - start
-        return self._result(output, proc.returncode, reason, duration, uid, errors)
+        code = exit_status(proc.returncode, mode)
+        return self._result(output, code, reason, duration, uid, errors, mode)
 
     # -- internals ------------------------------------------------------------
     def _start(
@@ -452,13 +524,18 @@ class PythonSandbox:
         paths: _Paths,
         limit: float,
         settings: tuple[int, int, int],
+        mode: str,
     ) -> tuple[subprocess.Popen, int, str]:
         uid = os.geteuid() if identity is None else identity[0]
         kwargs: dict = {}
+        drop = (-1, -1)
         if identity is not None:
             os.chown(paths.work, *identity)
             os.chmod(paths.top, 0o711)
-            kwargs = {"user": identity[0], "group": identity[1], "extra_groups": []}
+            if mode == "bubblewrap":  # bwrap starts as root; the code drops inside
+                drop = identity
+            else:
+                kwargs = {"user": identity[0], "group": identity[1], "extra_groups": []}
         token = secrets.token_hex(16)
         env = {
             "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -469,7 +546,10 @@ class PythonSandbox:
         }
         flags = ["-I", "-B", "-u", "-X", "utf8"] + ([] if self.site_packages else ["-S"])
         limits = ",".join(f"{k}={s}:{h}" for k, (s, h) in self._limits(limit, uid).items())
-        argv = [exe, *flags, "-c", _BOOTSTRAP, limits, " ".join(map(str, settings))]
+        numbers = " ".join(map(str, (*settings, *drop)))
+        argv = [exe, *flags, "-c", _BOOTSTRAP, limits, numbers]
+        if mode == "bubblewrap":
+            argv = [*bubblewrap_argv(exe, paths.work, env, drop_privileges=drop[0] >= 0), *argv[1:]]
         with contextlib.ExitStack() as files:
             stdin = files.enter_context(open(paths.code, "rb"))
             out = files.enter_context(open(paths.output, "wb"))
@@ -536,6 +616,7 @@ class PythonSandbox:
         duration: float,
         uid: int,
         stderr: str = "",
+        mode: str = "process",
     ) -> SandboxResult:
         if reason == "timeout":
             status = "timeout"
@@ -553,7 +634,7 @@ class PythonSandbox:
             status, reason = "error", "signal"
         else:
             status, reason = "error", "exit"
-        return SandboxResult(output, status, code, reason, duration, uid, stderr)
+        return SandboxResult(output, status, code, reason, duration, uid, stderr, mode)
 
 
 @dataclass(frozen=True)
@@ -616,6 +697,19 @@ class _ExitWaiter:
 
 
 _unreachable: set[str] = set()
+
+
+def _system_twin(exe: str) -> str | None:
+    """A system interpreter of this one's version that other users can run, if any."""
+    if os.path.realpath(exe) != os.path.realpath(sys.executable):
+        return None
+    name = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for folder in ("/usr/bin", "/usr/local/bin"):
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate) and _reachable_by_others(candidate):
+            _warn_once(exe, "python tool: %s is not reachable by nobody; using %s", exe, candidate)
+            return candidate
+    return None
 
 
 def _remove_tree(path: str) -> None:
