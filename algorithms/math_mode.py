@@ -22,58 +22,16 @@ thread). ``estimators`` has the same switch for the advantage estimators.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import TypeVar
+from rlkit.math_switch import MATH_MODES, MathSwitch
 
-#: The implementations one can select: ``fused`` (the default: the fused path where a
-#: loss has one, else the plain one) and ``plain`` (always the plain one).
-MATH_MODES = ("fused", "plain")
 #: Registered policy losses that have a fused path beside their plain math.
 FUSED_PATHS = ("clip_cov", "geo_mean", "gspo", "vanilla")
 
-_selected = "fused"
+_SWITCH = MathSwitch("policy loss")
+set_math = _SWITCH.set
+get_math = _SWITCH.get
+use_math = _SWITCH.use
+plain_math = _SWITCH.plain
+choose = _SWITCH.choose
 
-Implementation = TypeVar("Implementation", bound=Callable[..., object])
-
-
-def set_math(mode: str) -> None:
-    """Select ``"plain"`` or ``"fused"`` math for every later loss call of this process.
-
-    Raises:
-        ValueError: ``mode`` is not one of :data:`MATH_MODES`.
-    """
-    global _selected
-    if mode not in MATH_MODES:
-        raise ValueError(f"math mode must be one of {MATH_MODES}, got {mode!r}")
-    _selected = mode
-
-
-def get_math() -> str:
-    """The selected mode: ``"fused"`` (the default) or ``"plain"``."""
-    return _selected
-
-
-@contextmanager
-def use_math(mode: str) -> Iterator[None]:
-    """Run the block with ``mode``'s math, then restore the previous mode (even on error).
-
-    Raises:
-        ValueError: ``mode`` is not one of :data:`MATH_MODES`.
-    """
-    previous = _selected
-    set_math(mode)
-    try:
-        yield
-    finally:
-        set_math(previous)
-
-
-def plain_math() -> AbstractContextManager[None]:
-    """``with plain_math():`` runs the block with the plain math (``use_math("plain")``)."""
-    return use_math("plain")
-
-
-def choose(plain: Implementation, fused: Implementation) -> Implementation:
-    """``plain`` when the plain math is selected, else ``fused`` (same signature)."""
-    return plain if _selected == "plain" else fused
+__all__ = ["FUSED_PATHS", "MATH_MODES", "choose", "get_math", "plain_math", "set_math", "use_math"]

@@ -27,6 +27,7 @@ LAYERS = {
     "rlkit.models": 1,
     "rlkit.logging": 1,
     "rlkit.metrics": 1,
+    "rlkit.math_switch": 1,
     "estimators": 2,
     "algorithms": 2,
     "rewards": 2,

@@ -6,9 +6,8 @@ import warnings
 from typing import Any
 
 from rlkit.registry import ROLES
-from rlkit.trainer import builders
 from rlkit.trainer.batch import TrainBatch
-from rlkit.trainer.roles.role import Role, RoleContext
+from rlkit.trainer.roles.role import RoleContext, TrainedRole
 
 
 def load_policy(
@@ -38,7 +37,7 @@ def load_policy(
 
 
 @ROLES.register("actor", summary="the policy: old log-probs and entropy, the policy update")
-class ActorRole(Role):
+class ActorRole(TrainedRole):
     """The policy. Forward: pi_old's log-probs and entropy, where the algorithm needs them
     (else the update's own forward stands in, detached). Update: the policy loss over
     mini-batches, from step ``AlgorithmConfig.critic_warmup`` on; each applied optimizer
@@ -47,6 +46,7 @@ class ActorRole(Role):
     forward_phase = "old_log_prob"
     update_phase = "update_actor"
     update_order = 20
+    checkpoint_name = "actor"
 
     def __init__(self, ctx: RoleContext) -> None:
         super().__init__(ctx)
@@ -70,10 +70,7 @@ class ActorRole(Role):
                 alpha=m.lora_alpha,
                 target_modules=m.lora_target_modules,
             )
-        self.module, self.optimizer = ctx.backend.prepare(
-            policy, builders.optimizer_factory(o, o.lr)
-        )
-        self.scheduler = builders.scheduler(self.optimizer, o, ctx.config.trainer.total_steps)
+        self.prepare(policy, o.lr)
         self.weights = TrainerPolicyWeights(ctx.backend, self.module, ctx.tokenizer)
 
     @property
@@ -96,15 +93,7 @@ class ActorRole(Role):
         a, step = self.ctx.config.algorithm, self.ctx.step()
         if step < a.critic_warmup:
             return {}
-        out, applied = self.ctx.updater.optimize(
-            "actor",
-            self.module,
-            self.optimizer,
-            self.scheduler,
-            self.ctx.updater.minibatches(batch, step),
-            self._loss,
-            step,
-        )
+        out, applied = self.optimize("actor", self.ctx.updater.minibatches(batch, step), self._loss)
         for _ in range(applied):
             self.weights.bump()
         if a.use_kl_in_reward or a.use_kl_loss:
@@ -121,12 +110,3 @@ class ActorRole(Role):
             self.ctx.algorithm.needs.entropy,
         )
         return self.ctx.algorithm.actor_loss(micro, logp, entropy, norms)
-
-    def checkpoint_modules(self) -> dict[str, tuple[Any, Any]]:
-        return {"actor": (self.module, self.optimizer)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])

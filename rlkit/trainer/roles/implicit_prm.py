@@ -8,14 +8,13 @@ from typing import Any
 import torch
 
 from rlkit.registry import ROLES
-from rlkit.trainer import builders
 from rlkit.trainer.batch import TrainBatch
 from rlkit.trainer.roles.actor import load_policy
-from rlkit.trainer.roles.role import Role, RoleContext
+from rlkit.trainer.roles.role import RoleContext, TrainedRole
 
 
 @ROLES.register("implicit_prm", summary="PRIME's implicit PRM: token rewards, trained online")
-class ImplicitPRMRole(Role):
+class ImplicitPRMRole(TrainedRole):
     """A causal LM (the policy's initialisation unless ``PrimeConfig.model_path``) whose
     log-ratio to a reference gives token rewards; for another initialisation, that
     reference is its own frozen copy, else the run's reference policy.
@@ -28,15 +27,13 @@ class ImplicitPRMRole(Role):
     """
 
     forward_phase = "prm"
+    checkpoint_name = "prm"
 
     def __init__(self, ctx: RoleContext) -> None:
         super().__init__(ctx)
-        p, o = ctx.config.prime, ctx.config.optim
+        p = ctx.config.prime
         path = p.model_path or ctx.config.model.path
-        self.module, self.optimizer = ctx.backend.prepare(
-            load_policy(ctx, trainable=True, path=path), builders.optimizer_factory(o, p.lr)
-        )
-        self.scheduler = builders.scheduler(self.optimizer, o, ctx.config.trainer.total_steps)
+        self.prepare(load_policy(ctx, trainable=True, path=path), p.lr)
         self.reference = None
         if path != ctx.config.model.path:
             self.reference, _ = ctx.backend.prepare(
@@ -58,10 +55,7 @@ class ImplicitPRMRole(Role):
             return metrics
         if p.loss_type == "dpo":
             batch.prm_opponent_q = prm.dpo_opponent_q(q, batch.acc, batch.loss_mask, batch.index)
-        step = self.ctx.step()
-        out, _ = updater.optimize(
-            "reward_model", self.module, self.optimizer, self.scheduler, [batch], self._loss, step
-        )
+        out, _ = self.optimize("reward_model", [batch], self._loss)
         metrics |= {prm.METRIC_LR if k == "reward_model/lr" else k: v for k, v in out.items()}
         if p.update == "before":
             metrics |= self._score(batch, before_update=False)[0]
@@ -108,12 +102,3 @@ class ImplicitPRMRole(Role):
             num_seqs=norms["num_seqs"],
         )
         return loss, parts, {}
-
-    def checkpoint_modules(self) -> dict[str, tuple[Any, Any]]:
-        return {"prm": (self.module, self.optimizer)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.scheduler.load_state_dict(state["scheduler"])

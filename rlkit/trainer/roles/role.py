@@ -11,7 +11,8 @@ or a user's own (a teacher for on-policy distillation, say). The
    that fill fields of the :class:`~rlkit.trainer.batch.TrainBatch`);
 3. :meth:`Role.update` in ascending :attr:`Role.update_order`, after them.
 
-It checkpoints each role's :meth:`Role.checkpoint_modules` and :meth:`Role.state_dict`.
+It checkpoints each role's :meth:`Role.checkpoint_modules` and :meth:`Role.state_dict`
+(:class:`TrainedRole` provides both for a role with its own optimizer and schedule).
 A role never reaches into another through the trainer: :class:`RoleContext` hands it the
 run's shared objects and the roles built before it.
 
@@ -28,6 +29,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlkit.trainer import builders
 from rlkit.trainer.batch import TrainBatch
 
 
@@ -106,3 +108,43 @@ class Role:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` on resume."""
+
+
+class TrainedRole(Role):
+    """A role with a module of its own trained by an optimizer on a learning-rate
+    schedule: it checkpoints the three under :attr:`checkpoint_name`."""
+
+    checkpoint_name: ClassVar[str] = ""
+
+    def prepare(self, module: torch.nn.Module, lr: float) -> None:
+        """Shard ``module`` with the backend and give it AdamW at ``lr`` and the run's
+        schedule (``module``, ``optimizer``, ``scheduler``)."""
+        o = self.ctx.config.optim
+        self.module, self.optimizer = self.ctx.backend.prepare(
+            module, builders.optimizer_factory(o, lr)
+        )
+        self.scheduler = builders.scheduler(self.optimizer, o, self.ctx.config.trainer.total_steps)
+
+    def optimize(
+        self, prefix: str, minibatches: list[TrainBatch], loss_fn: Callable[..., Any]
+    ) -> tuple[dict[str, float], int]:
+        """One optimizer step of this role's module per mini-batch
+        (:meth:`~rlkit.trainer.updater.Updater.optimize`): metrics, steps applied."""
+        return self.ctx.updater.optimize(
+            prefix,
+            self.module,
+            self.optimizer,
+            self.scheduler,
+            minibatches,
+            loss_fn,
+            self.ctx.step(),
+        )
+
+    def checkpoint_modules(self) -> dict[str, tuple[torch.nn.Module, Any]]:
+        return {self.checkpoint_name: (self.module, self.optimizer)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
