@@ -28,6 +28,7 @@ from typing import Any
 from rewards.batched_reward import resolve_reward
 from rewards.context import RewardContext, context_kwargs, fields_read
 from rewards.time_limit import RewardTimeout, call_with_time_limit
+from rewards.verl_signature import VerlReward, is_verl_reward
 from rewards.worker_pool import DEADLINE_MESSAGE, CallResult, RewardWorkerPool
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,10 @@ def _numeric_fields(infos: Sequence[Mapping[str, Any]]) -> dict[str, list[float]
     return fields
 
 
+MAX_ABS_SCORE = 1e6
+"""The largest score magnitude a reward may return."""
+
+
 def _to_score(value: Any) -> tuple[float, dict[str, Any]]:
     """Split a reward's return value into (score, extra fields); raise if invalid."""
     info: dict[str, Any] = {}
@@ -101,8 +106,13 @@ def _to_score(value: Any) -> tuple[float, dict[str, Any]]:
     if isinstance(value, str | bytes) or not hasattr(value, "__float__"):
         raise TypeError(f"reward returned {type(value).__name__}; expected a float")
     score = float(value)
-    if not math.isfinite(score):
-        raise ValueError(f"reward returned a non-finite score {score}")
+    # Past the bound, sums of scores overflow to inf and advantages turn NaN: an error,
+    # counted like any other, never a silently skipped update.
+    if not math.isfinite(score) or abs(score) > MAX_ABS_SCORE:
+        raise ValueError(
+            f"reward returned a non-finite or out-of-range score {score} "
+            f"(|score| must be <= {MAX_ABS_SCORE:g})"
+        )
     return score, info
 
 
@@ -275,6 +285,11 @@ def score_batch(
     if not isinstance(num_workers, int) or num_workers < 0:
         raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
     fn, is_batch = resolve_reward(reward)
+    reads: tuple[str, ...] | None = None
+    if not is_batch and is_verl_reward(fn):
+        # verl's signature: called by keyword, always with the row's extra_info.
+        reward = fn = VerlReward(reward if isinstance(reward, str) else fn)
+        reads = ("extra_info",)
     rows = _check_inputs(responses, ground_truths, extras)
     if contexts is not None and len(contexts) != len(rows):
         raise ValueError(f"{len(contexts)} contexts for {len(rows)} responses; pass one each")
@@ -283,7 +298,8 @@ def score_batch(
             _score_batched(fn, reward, responses, ground_truths, rows, contexts, timeout_s)
         )
     if contexts is not None:
-        reads = fields_read(fn)  # once: a signature costs more than most rewards
+        if reads is None:
+            reads = fields_read(fn)  # once: a signature costs more than most rewards
         rows = [{**extra, **context_kwargs(reads, c)} for extra, c in zip(rows, contexts)]
     calls = list(zip(responses, ground_truths, rows))
     if num_workers == 0 or not calls:

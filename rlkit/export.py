@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from rlkit.trainer.checkpoint import COMPLETE, LATEST
+from rlkit.trainer.checkpoint import COMPLETE, LATEST, CheckpointError, verify_checkpoint
 from rlkit.trainer.run_dir import RESOLVED_CONFIG
 
 ACTOR = "actor"
@@ -158,6 +158,7 @@ def export_checkpoint(
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     ckpt = find_checkpoint(checkpoint)
+    verify_checkpoint(ckpt)  # never export weights whose bytes changed since the save
     target = Path(out_dir)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} exists and is not empty; pass --overwrite to replace it")
@@ -174,7 +175,12 @@ def export_checkpoint(
             "pass --model with a copy of it (its config.json gives the architecture)"
         )
     gguf_file = None if model_path != run.get("path") else run.get("gguf_file")
-    state = hf_state_dict(load_actor_state(ckpt), lora_alpha=float(run.get("lora_alpha") or 16))
+    try:
+        actor_state = load_actor_state(ckpt)
+    except (RuntimeError, EOFError) as exc:  # a damaged shard without a manifest to say so
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise CheckpointError(f"checkpoint {ckpt} cannot be read ({first})") from exc
+    state = hf_state_dict(actor_state, lora_alpha=float(run.get("lora_alpha") or 16))
 
     config = AutoConfig.from_pretrained(model_path, gguf_file=gguf_file)
     dtype = next(iter(state.values())).dtype
@@ -261,7 +267,13 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer_path=args.tokenizer,
             overwrite=args.overwrite,
         )
-    except (FileNotFoundError, FileExistsError, ValueError, NotImplementedError) as exc:
+    except (
+        FileNotFoundError,
+        FileExistsError,
+        ValueError,
+        NotImplementedError,
+        CheckpointError,
+    ) as exc:
         print(f"rlkit export: {exc}", file=sys.stderr)
         return 2
     print(f"rlkit export: {ckpt} -> {args.out_dir}")

@@ -65,7 +65,31 @@ def parse_config(config_files: list[str], bindings: list[str]) -> None:
     try:
         gin.parse_config_files_and_bindings(config_files, bindings)
     except (ValueError, KeyError, SyntaxError, ImportError) as exc:
-        raise UserError(f"bad gin configuration: {exc}") from exc
+        raise UserError(f"bad gin configuration: {exc}{did_you_mean(str(exc))}") from exc
+
+
+def did_you_mean(message: str) -> str:
+    """`` Did you mean 'X'?`` for gin's unknown-field or unknown-section message, naming the
+    closest field of that configuration section (or the closest section); else ``""``."""
+    import dataclasses
+    import difflib
+    import re
+
+    from rlkit.trainer.config import ExperimentConfig
+
+    sections = {
+        f.default_factory.__name__: f.default_factory for f in dataclasses.fields(ExperimentConfig)
+    }
+    field = re.search(r"Configurable '(\w+)' doesn't have a parameter named '(\w+)'", message)
+    section = re.search(r"No configurable matching '([\w.]+)'", message)
+    if field and field.group(1) in sections:
+        names = [f.name for f in dataclasses.fields(sections[field.group(1)])]
+        close = difflib.get_close_matches(field.group(2), names, n=1)
+        return f"\nDid you mean {field.group(1)}.{close[0]}?" if close else ""
+    if section:
+        close = difflib.get_close_matches(section.group(1), list(sections), n=1)
+        return f"\nDid you mean {close[0]}?" if close else ""
+    return ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,17 +131,43 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
     every response is a :class:`UserError`.
 
     ``progress["trainer"]`` is the trainer once built, so an interrupt can name its step."""
+    from rewards.by_data_source import UnknownDataSourceError
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.trainer.builders import StepsConflict
+    from rlkit.trainer.checkpoint import CheckpointError
+    from rlkit.trainer.run_dir import RunDirError
     from rlkit.trainer.scoring import RewardFailure
     from rlkit.trainer.trainer import RLTrainer
 
     try:
         progress["trainer"] = trainer = RLTrainer(config)
-        trainer.run()
-    except (FileNotFoundError, PromptDataError, JudgeError, RewardFailure) as exc:
+        history = trainer.run()
+    except (
+        FileNotFoundError,
+        PromptDataError,
+        JudgeError,
+        RewardFailure,
+        UnknownDataSourceError,
+        StepsConflict,
+        CheckpointError,  # a damaged checkpoint
+        RunDirError,  # output_dir not writable, or in use by another run
+    ) as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()
+    if history and all(m.get("train/skipped_step") for m in history):
+        raise UserError(no_update_message(config))
+
+
+def no_update_message(config: ExperimentConfig) -> str:
+    """Why a run whose every step was skipped (DAPO's group filter kept nothing) failed."""
+    a = config.algorithm
+    return (
+        f"no step of the run updated the model: every group had the same {a.filter_metric} "
+        f"in each of AlgorithmConfig.max_num_gen_batches = {a.max_num_gen_batches} generation "
+        f"rounds of every step (the prompts are too easy or too hard for the model); raise "
+        f"max_num_gen_batches or DataConfig.gen_batch_size, or use other data"
+    )
 
 
 def _close_launched_process_group() -> None:

@@ -53,6 +53,8 @@ FREE_FORM: dict[str, set[str]] = {
         "instruction",  # prompt text
         "system_prompt",
         "reward",  # REWARDS registry, a module or a file path
+        "custom_reward_path",  # with custom_reward_name, becomes reward (same checks)
+        "custom_reward_name",
     },
     "RewardModelConfig": {"path", "tokenizer_path", "chat_template"},  # validate() checks them
     "PrimeConfig": {"model_path"},  # check_model_dir, in validate()
@@ -65,6 +67,7 @@ FREE_FORM: dict[str, set[str]] = {
         "kl_penalty",
         "rollout_is_mode",  # ROLLOUT_CORRECTIONS (with aliases such as "icepop")
         "value_loss",
+        "roles",  # ROLES registry names or file paths (check_registered_names)
     },
     "OptimConfig": set(),
     "TrainerConfig": {

@@ -49,6 +49,7 @@ LAYERS = {
     "rlkit.check": 6,
     "rlkit.data_cli": 6,
     "rlkit.export": 6,
+    "rlkit.from_verl": 6,
 }
 
 

@@ -7,6 +7,10 @@ from typing import Any
 
 from rlkit.data.prompt_schema import message_problem
 
+KNOWN_ROLES = frozenset({"system", "user", "assistant", "tool"})
+"""Roles every chat template in use renders; a message with another role is checked to
+have reached the prompt."""
+
 
 def render_prompt(
     messages: Sequence[Mapping[str, str]],
@@ -31,7 +35,8 @@ def render_prompt(
         ``"role: content"`` lines followed by ``"assistant:"`` for the model to continue.
 
     Raises:
-        ValueError: ``messages`` is not a non-empty list of role/content dicts.
+        ValueError: ``messages`` is not a non-empty list of role/content dicts, or the
+            chat template dropped a message of a role it does not know.
     """
     problem = message_problem(messages)
     if problem is not None:
@@ -46,8 +51,24 @@ def render_prompt(
         # tools= only when there are some: a tokenizer whose template takes none may not
         # accept the keyword.
         extra = {"tools": list(tools)} if tools else {}
-        return tokenizer.apply_chat_template(
+        text = tokenizer.apply_chat_template(
             [dict(m) for m in messages], tokenize=False, add_generation_prompt=True, **extra
         )
+        _check_unknown_roles_rendered(messages, text)
+        return text
     lines = [f"{m['role']}: {m['content']}" for m in messages]
     return "\n".join([*lines, "assistant:"])
+
+
+def _check_unknown_roles_rendered(messages: Sequence[Mapping[str, str]], text: str) -> None:
+    # Templates render each role they know by name and skip the rest without a word: a
+    # message of another role would silently vanish from the prompt.
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        if m["role"] in KNOWN_ROLES or not isinstance(content, str) or not content.strip():
+            continue
+        if content.strip() not in text:
+            raise ValueError(
+                f"message {i} has role {m['role']!r}, which the chat template does not "
+                f"render (its content would be lost); use one of {', '.join(sorted(KNOWN_ROLES))}"
+            )

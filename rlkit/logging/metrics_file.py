@@ -31,6 +31,37 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return sorted(by_step.values(), key=lambda r: r["step"])
 
 
+QUARANTINE_SUFFIX = ".quarantined.jsonl"
+
+
+def quarantine_unparsable(path: str | Path) -> int:
+    """Move every complete line of ``metrics.jsonl`` that is not a JSON record with a
+    ``step`` (garbage, a line that is not UTF-8) to ``metrics.quarantined.jsonl`` beside
+    it, with one warning; return how many were moved. An incomplete last line is left to
+    :func:`repair_metrics`. The file is rewritten atomically, only when a line moves."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    complete, tail = data[: data.rfind(b"\n") + 1], data[data.rfind(b"\n") + 1 :]
+    lines = complete.splitlines(keepends=True)
+    bad = [ln for ln in lines if ln.strip() and _step_of(ln) < 0]
+    if not bad:
+        return 0
+    quarantine = path.with_name(path.name.removesuffix(".jsonl") + QUARANTINE_SUFFIX)
+    with open(quarantine, "ab") as fh:  # kept, never overwritten: nothing is lost
+        fh.write(b"".join(bad))
+        fh.flush()
+        os.fsync(fh.fileno())
+    _atomic_write(path, b"".join(ln for ln in lines if ln not in bad) + tail)
+    warnings.warn(
+        f"{path}: moved {len(bad)} line(s) that are not metric records (garbled, not "
+        f"UTF-8 or not JSON) to {quarantine.name}",
+        stacklevel=2,
+    )
+    return len(bad)
+
+
 def repair_metrics(path: str | Path, *, keep_through_step: int) -> None:
     """Make ``metrics.jsonl`` safe to append to after a crash or an interrupted run.
 
@@ -58,9 +89,13 @@ def repair_metrics(path: str | Path, *, keep_through_step: int) -> None:
         )
     if len(complete) == len(data) and len(kept) == len(lines):
         return
+    _atomic_write(path, b"".join(kept))
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as fh:
-        fh.write(b"".join(kept))
+        fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -69,5 +104,5 @@ def repair_metrics(path: str | Path, *, keep_through_step: int) -> None:
 def _step_of(line: bytes) -> int:
     try:
         return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         return -1  # not a record of this logger: keep it, read_metrics reports it

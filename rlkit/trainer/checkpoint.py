@@ -13,16 +13,25 @@ A checkpoint loads into any number of processes, not only the number that saved 
 (``torch.distributed.checkpoint`` reshards); see :meth:`CheckpointManager._rng_state` for
 the random streams of ranks the saving run did not have, and ``rlkit export`` for reading
 one in a single plain process.
+
+The last file written into a checkpoint is ``MANIFEST.json``: a SHA-256 checksum of every
+other file (every process's shards included), written atomically. Resuming and ``rlkit
+export`` verify it, so a checkpoint whose bytes changed on disk (bit rot, a truncated copy)
+is reported by name instead of loading changed weights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
+import json
 import os
+import pickle
 import random
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +40,63 @@ import torch
 
 COMPLETE = "COMPLETE"
 LATEST = "latest"
+MANIFEST = "MANIFEST.json"
+
+
+class CheckpointError(Exception):
+    """A checkpoint that cannot be trusted or read (its files changed since it was saved,
+    or they do not load): a user-facing problem, reported as one message."""
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 hex digest of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_manifest(root: Path) -> None:
+    """Checksum every file under ``root`` into ``root/MANIFEST.json``, atomically (temp
+    file, fsync, rename): a manifest is either whole or absent."""
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
+    sums = {p.relative_to(root).as_posix(): file_digest(p) for p in files}
+    text = json.dumps({"algorithm": "sha256", "files": sums}, indent=1, sort_keys=True)
+    _atomic_write(root / MANIFEST, text)
+
+
+def manifest_problems(root: Path) -> list[str] | None:
+    """What differs between the files under ``root`` and its manifest (empty: intact);
+    ``None`` for a checkpoint saved before manifests existed (nothing to check against)."""
+    path = root / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        sums = json.loads(path.read_text())["files"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return [f"{MANIFEST} is unreadable"]
+    problems = []
+    for name, digest in sorted(sums.items()):
+        file = root / name
+        if not file.is_file():
+            problems.append(f"{name} is missing")
+        elif file_digest(file) != digest:
+            problems.append(f"{name} changed since it was saved (checksum mismatch)")
+    return problems
+
+
+def verify_checkpoint(root: Path) -> None:
+    """Raise :class:`CheckpointError` naming the checkpoint and its bad files, if any; warn
+    about a checkpoint without a manifest (saved by an older rlkit: not verified)."""
+    problems = manifest_problems(root)
+    if problems is None:
+        warnings.warn(
+            f"{root} has no {MANIFEST} (saved by an older rlkit): its files are not verified",
+            stacklevel=2,
+        )
+    elif problems:
+        raise CheckpointError(f"checkpoint {root} is corrupted: " + "; ".join(problems))
 
 
 def capture_rng_state(platform: Any) -> dict[str, Any]:
@@ -85,6 +151,7 @@ class CheckpointManager:
         self.root = Path(root)
         self.backend = backend
         self.keep = max(1, keep)
+        self._intact: tuple[Path | None] | None = None  # latest_intact's answer, once found
 
     def save(
         self,
@@ -120,6 +187,9 @@ class CheckpointManager:
                 torch.save(trainer_state, tmp / "trainer_state.pt")
                 (tmp / COMPLETE).write_text(str(step))
                 _fsync_tree(tmp)
+                # Last, after every process's shards (the previous part ended where all
+                # processes agreed): the checksums cover the whole checkpoint.
+                write_manifest(tmp)
 
         # Each part ends where the processes agree: a process whose write failed tells
         # the others, so every process raises the same error instead of some waiting
@@ -183,6 +253,50 @@ class CheckpointManager:
         latest = self.latest()
         return "no checkpoint" if latest is None else latest.name
 
+    def complete(self) -> list[Path]:
+        """Every complete checkpoint, newest first."""
+        found = [p for p in self.root.glob("global_step_*") if (p / COMPLETE).exists()]
+        return sorted(found, key=_step_of, reverse=True)
+
+    def latest_intact(self, on_corrupt: str) -> Path | None:
+        """The newest complete checkpoint whose files match its manifest.
+
+        A corrupted newer one is skipped with a warning naming it (``on_corrupt =
+        "fallback"``) or raises :class:`CheckpointError` (``"stop"``); the result is kept,
+        so every caller in a run resumes from the same checkpoint, checked once."""
+        if self._intact is None:
+            # The main process reads every byte once; the others take its answer (a
+            # shared filesystem: the same files), or its error.
+            found, problem = None, None
+            if self.backend is None or self.backend.is_main_process:
+                try:
+                    found = self._find_intact(on_corrupt)
+                except CheckpointError as exc:
+                    problem = str(exc)
+            if self.backend is not None and self.backend.num_processes > 1:
+                from rlkit.distributed.collectives import broadcast_object
+
+                found, problem = broadcast_object((found, problem))
+            if problem is not None:
+                raise CheckpointError(problem)
+            self._intact = (found,)
+        return self._intact[0]
+
+    def _find_intact(self, on_corrupt: str) -> Path | None:
+        for path in self.complete():
+            try:
+                verify_checkpoint(path)
+            except CheckpointError as exc:
+                if on_corrupt == "stop":
+                    raise CheckpointError(
+                        f"{exc}. Delete it to resume from an older checkpoint, or set "
+                        "TrainerConfig.on_corrupt_checkpoint = 'fallback'"
+                    ) from None
+                warnings.warn(f"{exc}; trying an older checkpoint", stacklevel=3)
+                continue
+            return path
+        return None
+
     def latest(self) -> Path | None:
         """The newest complete checkpoint, or None."""
         pointer = self.root / LATEST
@@ -212,9 +326,11 @@ class CheckpointManager:
                 raise FileNotFoundError(
                     f"checkpoint {path} has no '{name}' state; was it saved by this experiment?"
                 )
-            self.backend.load_sharded(str(path / name), module, optimizer)
-        trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
-        return trainer_state, self._rng_state(path)
+            with _unreadable_as_error(path):
+                self.backend.load_sharded(str(path / name), module, optimizer)
+        with _unreadable_as_error(path):
+            trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
+            return trainer_state, self._rng_state(path)
 
     def _rng_state(self, path: Path) -> dict[str, Any]:
         """This rank's saved RNG states; for a rank the saving run did not have, states
@@ -258,6 +374,20 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
         for stale in self.root.glob(".tmp-global_step_*"):
             shutil.rmtree(stale, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _unreadable_as_error(path: Path) -> Iterator[None]:
+    """Turn a file of ``path`` that does not load (truncated, garbled: torch reports
+    ``PytorchStreamReader failed reading ...``) into a :class:`CheckpointError` naming it."""
+    try:
+        yield
+    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({first}): it is damaged (delete it to "
+            "resume from an older checkpoint) or was not saved by this experiment"
+        ) from exc
 
 
 def _attempt(part: Any) -> tuple[bool, str, BaseException] | None:

@@ -72,10 +72,11 @@ class ModelConfig:
 class DataConfig:
     """Prompts and how they become token ids."""
 
-    train_files: str = ""
-    """JSON Lines / Parquet file, a shared set name (``gsm8k``), or empty when
-    ``dataset_fn`` is given."""
-    val_files: str = ""
+    train_files: str | list[str] = ""
+    """JSON Lines / Parquet file, a shared set name (``gsm8k``), a list of them (read in
+    order and concatenated, as verl's ``data.train_files``), or empty when ``dataset_fn``
+    is given."""
+    val_files: str | list[str] = ""
     dataset_fn: Any = None
     """A gin-configurable callable ``(split) -> datasets.Dataset`` in rlkit's prompt schema
     (columns id, prompt, ground_truth, data_source); overrides the files."""
@@ -86,6 +87,11 @@ class DataConfig:
     use_chat_template: bool = True
     train_batch_size: int = 8
     """Prompts per training step (global, across processes)."""
+    gen_batch_size: int | None = None
+    """DAPO dynamic sampling (``AlgorithmConfig.filter_groups``): prompts drawn per
+    generation round (verl's ``data.gen_batch_size``; its DAPO recipe uses 3 x
+    ``train_batch_size``); ``None`` = ``train_batch_size``. At least ``train_batch_size``.
+    Without ``filter_groups`` every step draws ``train_batch_size`` prompts."""
     val_limit: int | None = None
     """Use only the first N validation prompts."""
     max_prompt_length: int = 512
@@ -97,7 +103,15 @@ class DataConfig:
     it and stops; ``skip`` drops it (the run prints how many, per split)."""
     reward: str = "gsm8k"
     """Reward function name (``rlkit list rewards``), ``package.module:function`` or
-    ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md."""
+    ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md.
+    ``by_data_source`` picks a scorer per row from its ``data_source``, as verl's default.
+    A function with verl's signature ``(data_source, solution_str, ground_truth,
+    extra_info)`` is called by keyword."""
+    custom_reward_path: str = ""
+    """verl's ``custom_reward_function.path``: a Python file holding the reward; sets
+    ``reward`` to ``"<custom_reward_path>:<custom_reward_name>"``."""
+    custom_reward_name: str = "compute_score"
+    """verl's ``custom_reward_function.name``: the function in ``custom_reward_path``."""
     reward_options: dict[str, Any] = field(default_factory=dict)
     reward_timeout_s: float = 10.0
     """Time limit of one reward call (a batched reward: this times its rows)."""
@@ -114,6 +128,16 @@ class DataConfig:
     max_reward_failure_rate: float = 1.0
     """Stop the run when at least this fraction of a batch's reward calls failed (raised or
     timed out); 1.0 = when every call failed."""
+
+    def __post_init__(self) -> None:
+        if self.custom_reward_path:
+            chosen = f"{self.custom_reward_path}:{self.custom_reward_name}"
+            if self.reward not in ("gsm8k", chosen):  # "gsm8k": reward left at its default
+                raise ValueError(
+                    f"DataConfig.custom_reward_path names the reward {chosen!r} but "
+                    f"DataConfig.reward is {self.reward!r}: set one of the two"
+                )
+            self.reward = chosen
 
 
 @gin.configurable
@@ -185,6 +209,13 @@ class RolloutConfig:
     val_n: int = 1
     val_temperature: float = 0.0
     """0 = greedy validation."""
+    val_top_p: float | None = None
+    """Validation's nucleus threshold (verl's ``val_kwargs.top_p``); ``None`` = ``top_p``."""
+    val_top_k: int | None = None
+    """Validation's top-k (verl's ``val_kwargs.top_k``); ``None`` = ``top_k``."""
+    val_do_sample: bool = True
+    """False = greedy validation whatever ``val_temperature`` (verl's
+    ``val_kwargs.do_sample``); then ``val_n`` must be 1."""
     agent_loop: str = "single_turn"
     """How a prompt becomes a trajectory (``rlkit list agent_loops``): ``single_turn`` or
     ``tool_agent`` (multi-turn tool calling), or ``pkg.module:fn``."""
@@ -295,6 +326,10 @@ class TrainerConfig:
     """The run: length, evaluation, logging, checkpoints, devices."""
 
     total_steps: int = 10
+    total_epochs: int | None = None
+    """Passes over the training prompts (verl's ``trainer.total_epochs``): the run takes
+    ``total_epochs * prompts // train_batch_size`` steps once the prompts are loaded.
+    ``total_steps`` must then be left at 10 or equal that number."""
     test_freq: int = 0
     """Validate every N steps (0 = only before and after training)."""
     val_before_train: bool = True
@@ -309,6 +344,9 @@ class TrainerConfig:
     """With ``resume_mode="disable"``: delete a previous run's outputs in ``output_dir``
     (checkpoints, metrics, TensorBoard events, configs, plot, exported model) and start
     over. Without it, such a directory is refused rather than mixed with the new run."""
+    on_corrupt_checkpoint: str = "fallback"
+    """A resumed checkpoint whose files no longer match their saved checksums: ``fallback``
+    (warn, naming it, and resume from the newest intact one) or ``stop`` (a user error)."""
     seed: int = 0
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
@@ -413,6 +451,11 @@ class ExperimentConfig:
         problems += batch_problems(self.data, self.optim)
         problems += reward_time_problems(self.data)
         r = self.rollout
+        if not r.val_do_sample and r.val_n != 1:
+            problems.append(
+                f"RolloutConfig.val_do_sample = False validates greedily: one response per "
+                f"prompt, so RolloutConfig.val_n must be 1, got {r.val_n}"
+            )
         if r.agent_loop != "single_turn" or r.agent:
             from rlkit.rollout.agent_loop import agent_config
 
@@ -542,6 +585,7 @@ def check_registered_names(
         KL_PENALTIES,
         POLICY_LOSSES,
         REWARDS,
+        ROLES,
         ROLLOUT_CORRECTIONS,
         ROLLOUT_ENGINES,
         TOOLS,
@@ -549,6 +593,8 @@ def check_registered_names(
     )
 
     ESTIMATORS.entry(algorithm.adv_estimator)
+    for role in algorithm.roles:  # a user's role file fails here, before the model loads
+        ROLES.entry(role)
     POLICY_LOSSES.entry(algorithm.policy_loss)
     VALUE_LOSSES.entry(algorithm.value_loss)
     AGGREGATIONS.entry(algorithm.loss_agg_mode)
@@ -557,16 +603,52 @@ def check_registered_names(
     if algorithm.use_kl_in_reward:
         KL_PENALTIES.entry(algorithm.kl_penalty)
     reward = REWARDS.entry(data.reward)
+    if ":" in data.reward and not reward.extra.get("batched"):
+        # A user's function: a signature that cannot take the call fails now, not after
+        # the model loads (verl's compute_score is recognised and called by keyword).
+        from rewards.batched_reward import is_batched
+        from rewards.verl_signature import check_reward_signature
+
+        if not is_batched(reward.fn, reward):
+            check_reward_signature(reward.fn, data.reward_options, label=data.reward)
     check_options = reward.extra.get("check_options")
     if check_options is not None:
         check_options(dict(data.reward_options))
     if algorithm.rollout_is_level is not None:
         ROLLOUT_CORRECTIONS.entry(algorithm.rollout_is_mode)
-    ROLLOUT_ENGINES.entry(rollout.engine)
+    engine_option_check(ROLLOUT_ENGINES.entry(rollout.engine).fn, rollout.engine_options)
     AGENT_LOOPS.entry(rollout.agent_loop)
     tools = rollout.agent.get("tools", ()) if isinstance(rollout.agent, dict) else ()
     for tool in (tools,) if isinstance(tools, str) else tools:
         TOOLS.entry(tool)
+
+
+def engine_option_check(factory: Any, options: dict[str, Any]) -> None:
+    """Refuse ``RolloutConfig.engine_options`` the engine factory does not take, before the
+    model loads (the factory itself runs after it). A factory whose catch-all keyword
+    forwards options elsewhere (``**engine_options``) is left to check them itself; one
+    whose catch-all is ``**unused`` takes only its named options."""
+    import inspect
+
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    rest = [p.name for p in params.values() if p.kind is p.VAR_KEYWORD]
+    if rest and rest[0] != "unused":
+        return
+    passed = {"model_path", "tokenizer", "weights", "seed"}  # the trainer's own arguments
+    known = [n for n, p in params.items() if p.kind is not p.VAR_KEYWORD and n not in passed]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        import difflib
+
+        near = [m for u in unknown for m in difflib.get_close_matches(u, known, n=1)]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise TypeError(
+            f"RolloutConfig.engine_options has unknown option(s) {unknown}{hint}; the "
+            f"engine takes: {', '.join(known) or 'none'}"
+        )
 
 
 # ------------------------------------------------------------------ field rules
@@ -714,6 +796,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
     ModelConfig: {"dtype": DTYPE, "lora_rank": NON_NEGATIVE_INT, "lora_alpha": COUNT},
     DataConfig: {
         "train_batch_size": COUNT,
+        "gen_batch_size": Number(integer=True, ge=1, optional=True),
         "val_limit": Number(integer=True, ge=0, optional=True),  # 0 = all, as None
         "max_prompt_length": COUNT,
         "truncation": Choice(("error", "left", "filter")),
@@ -746,6 +829,8 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "top_k": Number(integer=True, ge=-1),  # -1 (or 0) = no top-k filter
         "val_n": COUNT,
         "val_temperature": NON_NEGATIVE,  # 0 = greedy
+        "val_top_p": Number(gt=0, le=1, optional=True),
+        "val_top_k": Number(integer=True, ge=-1, optional=True),
     },
     AlgorithmConfig: {
         "math": Choice(("fused", "plain")),
@@ -789,10 +874,12 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
     },
     TrainerConfig: {
         "total_steps": NON_NEGATIVE_INT,  # 0 = only validate
+        "total_epochs": Number(integer=True, ge=1, optional=True),
         "test_freq": NON_NEGATIVE_INT,
         "save_freq": NON_NEGATIVE_INT,
         "max_checkpoints_to_keep": COUNT,
         "resume_mode": ResumeMode(),
+        "on_corrupt_checkpoint": Choice(("fallback", "stop")),
         "seed": Number(integer=True),
         "backend_strategy": Choice(("auto", "fsdp2", "none")),
         "mixed_precision": Choice(("no", "bf16", "fp16")),
@@ -846,6 +933,12 @@ def batch_problems(data: DataConfig, optim: OptimConfig) -> list[str]:
         return [
             f"DataConfig.train_batch_size ({batch}) must be a multiple of "
             f"OptimConfig.ppo_mini_batch_size ({mini})"
+        ]
+    gen = data.gen_batch_size
+    if isinstance(gen, int) and gen >= 1 and gen < batch:
+        return [
+            f"DataConfig.gen_batch_size ({gen}) must be at least DataConfig.train_batch_size "
+            f"({batch}): each generation round draws it, a step trains on train_batch_size"
         ]
     return []
 

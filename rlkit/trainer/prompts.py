@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from rlkit.data.prompt_dataset import PromptDataError
+
 
 @dataclass
 class PromptSet:
@@ -56,17 +58,15 @@ def tokenize_prompts(
         name: the dataset's name for error messages (e.g. ``train``).
         tools: function-calling schemas rendered into every prompt (agent loops).
     """
-    from rlkit.data import decode_extra_info, render_prompt
+    from rlkit.data import decode_extra_info
 
     out = PromptSet()
     for i, row in enumerate(dataset):
-        text = render_prompt(
-            row["prompt"], tokenizer, use_chat_template=use_chat_template, tools=tools
-        )
+        text = _render(row, i, name, tokenizer, use_chat_template, tools)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(ids) > max_prompt_length:
             if truncation == "error":
-                raise ValueError(
+                raise PromptDataError(
                     f"{name} prompt {i} (id {row.get('id')!r}) has {len(ids)} tokens > "
                     f"DataConfig.max_prompt_length={max_prompt_length}; raise the limit or set "
                     f"DataConfig.truncation to 'left' or 'filter'"
@@ -84,10 +84,31 @@ def tokenize_prompts(
         out.texts.append(text)
         out.extra_infos.append(decode_extra_info(row.get("extra_info")))
     if not out.token_ids:
-        raise ValueError(
-            f"the {name} dataset has no usable prompt ({out.num_filtered} filtered as too long)"
+        raise PromptDataError(
+            f"the {name} dataset has no usable prompt: all {out.num_filtered} are longer than "
+            f"DataConfig.max_prompt_length={max_prompt_length} and DataConfig.truncation="
+            "'filter' dropped them; raise the limit or set DataConfig.truncation='left'"
         )
     return out
+
+
+def _render(
+    row: Any,
+    index: int,
+    name: str,
+    tokenizer: Any,
+    use_chat_template: bool,
+    tools: list[dict[str, Any]] | None,
+) -> str:
+    """One row's prompt text; a prompt that cannot be rendered names its row."""
+    from rlkit.data import render_prompt
+
+    try:
+        return render_prompt(
+            row["prompt"], tokenizer, use_chat_template=use_chat_template, tools=tools
+        )
+    except ValueError as exc:
+        raise PromptDataError(f"{name} prompt {index} (id {row.get('id')!r}): {exc}") from None
 
 
 class PromptSampler:

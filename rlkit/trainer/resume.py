@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlkit.logging.metrics_file import quarantine_unparsable
 from rlkit.trainer import run_dir
-from rlkit.trainer.checkpoint import capture_rng_state, restore_rng_state
+from rlkit.trainer.checkpoint import capture_rng_state, restore_rng_state, verify_checkpoint
 
 
 def prepare_run_dir(cfg: Any, out_dir: Path, checkpoints: Any, backend: Any) -> list[str]:
@@ -16,26 +17,35 @@ def prepare_run_dir(cfg: Any, out_dir: Path, checkpoints: Any, backend: Any) -> 
 
     ``disable``: a directory holding a run is refused, or cleared with
     ``TrainerConfig.overwrite``. ``auto`` with a checkpoint: the configuration must match
-    the saved one up to :data:`~rlkit.trainer.run_dir.RESUMABLE_CHANGES`. Returns the
-    (allowed) changed fields, ``Section.field: old -> new``.
+    the saved one up to :data:`~rlkit.trainer.run_dir.RESUMABLE_CHANGES`, the checkpoint
+    must match its manifest (``TrainerConfig.on_corrupt_checkpoint``), and lines of
+    ``metrics.jsonl`` that do not parse are quarantined. Nothing is written into the
+    directory before these checks pass. Returns the (allowed) changed fields,
+    ``Section.field: old -> new``.
     """
     t = cfg.trainer
     if t.resume_mode == "disable":
         run_dir.refuse_or_clear(out_dir, overwrite=t.overwrite, is_main=backend.is_main_process)
         backend.barrier()  # cleared before any process writes into it
         return []
+    changes: list[str] = []
     if t.resume_mode == "auto":
-        latest = checkpoints.latest()
+        latest = checkpoints.latest_intact(t.on_corrupt_checkpoint)
         if latest is not None:
-            return run_dir.check_resume_config(out_dir, cfg, latest)
-    return []
+            changes = run_dir.check_resume_config(out_dir, cfg, latest)
+    else:  # a checkpoint path: that one, intact, or nothing
+        verify_checkpoint(Path(t.resume_mode))
+    if backend.is_main_process:  # the logger appends to the file: only records in it
+        quarantine_unparsable(out_dir / "metrics.jsonl")
+    return changes
 
 
 def resume_path(mode: str, checkpoints: Any) -> Path | None:
     """The checkpoint ``TrainerConfig.resume_mode`` resumes from, if any."""
     if mode == "disable":
         return None
-    return checkpoints.latest() if mode == "auto" else Path(mode)
+    # The one prepare_run_dir verified (the newest intact checkpoint).
+    return checkpoints.latest_intact("fallback") if mode == "auto" else Path(mode)
 
 
 def save(trainer: Any, record: dict[str, float] | None) -> Path:

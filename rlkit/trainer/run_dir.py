@@ -14,7 +14,9 @@ anything else would silently train a different experiment under the old one's na
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -34,6 +36,7 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.output_dir",  # the same directory, perhaps spelled another way
         "TrainerConfig.resume_mode",
         "TrainerConfig.overwrite",
+        "TrainerConfig.on_corrupt_checkpoint",
         "TrainerConfig.export_hf_at_end",
         "TrainerConfig.export_freq",
         "TrainerConfig.cpu_offload",  # where the shards live, not what they compute
@@ -120,15 +123,18 @@ def check_resume_config(out_dir: Path, cfg: Any, checkpoint: Path) -> list[str]:
     :data:`RESUMABLE_CHANGES`; return the allowed differences (for the log).
 
     Raises:
-        ValueError: listing every differing field that is not allowed to change.
+        FileNotFoundError: a data file of ``cfg`` does not exist (checked first: a
+            mistyped path is reported as such, not as a changed configuration).
+        ConfigChangedError: listing every differing field that is not allowed to change.
     """
+    check_data_files(cfg.data)
     path = out_dir / RESOLVED_CONFIG
     if not path.exists():  # written by every run; a directory without it predates the check
         return []
     changes = config_differences(json.loads(path.read_text()), cfg)
     refused = [c for c in changes if c.split(":", 1)[0] not in RESUMABLE_CHANGES]
     if refused:
-        raise ValueError(
+        raise ConfigChangedError(
             f"{out_dir} holds a run whose configuration differs from this one, so it cannot "
             f"be resumed from {checkpoint.name} (resume_mode='auto'):\n  "
             + "\n  ".join(refused)
@@ -137,6 +143,22 @@ def check_resume_config(out_dir: Path, cfg: Any, checkpoint: Path) -> list[str]:
             f"Fields that may change on resume: {', '.join(sorted(RESUMABLE_CHANGES))}."
         )
     return changes
+
+
+_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def check_data_files(data: Any) -> None:
+    """Raise ``FileNotFoundError`` for a ``train_files`` / ``val_files`` entry that names a
+    data file (by its suffix) that does not exist; shared sets and hub names pass."""
+    for setting in ("train_files", "val_files"):
+        value = getattr(data, setting, "") or ""
+        for name in [value] if isinstance(value, str) else list(value):
+            if name.endswith(_FILE_SUFFIXES) and not Path(name).expanduser().exists():
+                raise FileNotFoundError(
+                    f"DataConfig.{setting}: data file {name} does not exist (relative paths "
+                    f"are read from the working directory {os.getcwd()})"
+                )
 
 
 def existing_run_outputs(out_dir: Path) -> list[Path]:
@@ -186,3 +208,77 @@ def write_configs(out_dir: Path, gin_text: str, cfg: Any, resumed_step: int | No
         json_path = out_dir / f"resolved_config.resume_step_{resumed_step}.json"
     gin_path.write_text(gin_text)
     json_path.write_text(config_json(cfg))
+
+
+LOCK_FILE = ".rlkit.lock"
+"""Held (``fcntl.flock``) by the run writing into a directory; it names that run's pid."""
+
+# Locks this process holds, by directory: one process may build several trainers on a
+# directory one after the other (a notebook, a test); only another process is refused.
+_HELD: dict[Path, list[Any]] = {}
+
+
+class RunDirError(Exception):
+    """``TrainerConfig.output_dir`` cannot take this run (not writable, or another run is
+    writing into it): a user error, reported as one message."""
+
+
+class ConfigChangedError(RunDirError, ValueError):
+    """``output_dir`` holds a run of another configuration: reported as one message."""
+
+
+class RunLock:
+    """The exclusive lock of a run directory, held until :meth:`release` or until the
+    process ends (the kernel drops an ``flock`` with its process, so a crash never leaves
+    a directory locked)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.key = Path(out_dir).resolve()
+        self.released = False
+
+    def release(self) -> None:
+        """Give the lock up (the last holder in this process unlocks the file)."""
+        if self.released:
+            return
+        self.released = True
+        held = _HELD.get(self.key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[self.key]
+            os.close(held[0])  # closing the descriptor drops the flock
+
+
+def lock_run_dir(out_dir: Path) -> RunLock:
+    """Create ``out_dir`` if needed and lock it for this run.
+
+    Raises:
+        RunDirError: the directory cannot be written, or another process holds its lock
+            (the message names that process's pid).
+    """
+    lock = RunLock(out_dir)
+    if lock.key in _HELD:
+        _HELD[lock.key][1] += 1
+        return lock
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        fd = os.open(Path(out_dir) / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RunDirError(
+            f"TrainerConfig.output_dir {out_dir} is not writable ({exc.strerror or exc}); "
+            "choose a directory this user can write to"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunDirError(
+            f"TrainerConfig.output_dir {out_dir} is in use by another rlkit run (pid "
+            f"{holder}); wait for it to end, or choose another TrainerConfig.output_dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _HELD[lock.key] = [fd, 1]
+    return lock

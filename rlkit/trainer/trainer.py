@@ -32,7 +32,7 @@ import torch
 from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLES, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import agent_config
-from rlkit.trainer import builders, resume, run_log, validation
+from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
 from rlkit.trainer.config import ExperimentConfig
@@ -74,6 +74,9 @@ class RLTrainer:
             cfg.data, "train", self.tokenizer, tools
         )
         self._note_skipped("train", skipped)
+        cfg.trainer.total_steps = builders.total_steps_of(
+            cfg.trainer, cfg.data, len(self.train_prompts)
+        )
         self.val_prompts = None
         if cfg.data.val_files or cfg.data.dataset_fn:
             self.val_prompts, skipped = builders.load_prompts(
@@ -148,8 +151,7 @@ class RLTrainer:
         builders.seed_everything(t.seed + self.rank)
         self.out_dir = Path(t.output_dir)
         self.is_main = self.backend.is_main_process
-        if self.is_main:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_run_dir()
         self.checkpoints = CheckpointManager(
             self.out_dir / "checkpoints", self.backend, keep=t.max_checkpoints_to_keep
         )
@@ -157,6 +159,26 @@ class RLTrainer:
         self.resume_changes = resume.prepare_run_dir(
             self.cfg, self.out_dir, self.checkpoints, self.backend
         )
+
+    def _lock_run_dir(self) -> None:
+        """Hold ``output_dir``'s lock for the run (main process): an unwritable directory,
+        or one another run writes into, stops every process here, before a model loads."""
+        from rlkit.distributed.collectives import broadcast_object
+
+        self.run_lock, problem = None, None
+        if self.is_main:
+            try:
+                self.run_lock = run_dir.lock_run_dir(self.out_dir)
+            except run_dir.RunDirError as exc:
+                problem = str(exc)
+        problem = broadcast_object(problem)
+        if problem is not None:
+            raise run_dir.RunDirError(problem)
+
+    def _release_run_dir(self) -> None:
+        lock = getattr(self, "run_lock", None)
+        if lock is not None:
+            lock.release()
 
     def _build_roles(self) -> None:
         """The roles the algorithm declared, in order; rlkit's kernels go into the actor."""
@@ -208,7 +230,11 @@ class RLTrainer:
     # ----------------------------------------------------------------- train
     def run(self) -> list[dict[str, float]]:
         """setup + train + cleanup; returns the logged metrics of every step."""
-        self.setup()
+        try:
+            self.setup()
+        except BaseException:
+            self._release_run_dir()  # a run that never started holds no directory
+            raise
         try:
             metrics = self.train()
         except BaseException:
@@ -339,6 +365,7 @@ class RLTrainer:
         backend = getattr(self, "backend", None)
         if backend is not None:
             backend.close(finished=finished)
+        self._release_run_dir()
 
     # ------------------------------------------------------------ the roles
     @property

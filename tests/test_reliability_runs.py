@@ -1,0 +1,171 @@
+"""What a user can get wrong in a run, its data and its directory: each mistake is one
+message and exit status 2 from ``rlkit train`` (no traceback), found before the model loads
+where it can be, and nothing the run wrote is lost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gin
+import pytest
+
+from rlkit.train import main as rlkit_train
+from tests.gin_files import arithmetic_gin
+
+
+def train_cli(argv: list[str]) -> int:
+    """``rlkit train ARGV`` in this process; its gin bindings are cleared afterwards, so
+    they do not become the defaults of later tests' configurations."""
+    try:
+        return rlkit_train(argv)
+    finally:
+        gin.clear_config()
+
+
+ONE_STEP = {
+    "TrainerConfig.total_steps": 1,
+    "TrainerConfig.val_before_train": False,
+    "OptimConfig.ppo_mini_batch_size": 4,
+    "OptimConfig.micro_batch_size": 4,
+    "DataConfig.max_prompt_length": 64,
+}
+
+
+def _train(capfd, tmp_path: Path, model: str, out: Path, bindings: dict) -> tuple[int, str]:
+    """``rlkit train FILE.gin`` on the tiny task; its exit status and stderr."""
+    gin_file = tmp_path / "experiment.gin"
+    gin_file.write_text(arithmetic_gin(model, out, ONE_STEP | bindings))
+    capfd.readouterr()
+    status = train_cli([str(gin_file)])
+    return status, capfd.readouterr().err
+
+
+def _one_message(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("rlkit train:")]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_prompt_longer_than_the_limit_is_one_message(capfd, tmp_path, tiny_model_dir):
+    status, err = _train(
+        capfd, tmp_path, tiny_model_dir, tmp_path / "run", {"DataConfig.max_prompt_length": 2}
+    )
+    assert status == 2
+    assert "DataConfig.max_prompt_length=2" in _one_message(err)
+
+
+def test_filter_dropping_every_prompt_is_one_message(capfd, tmp_path, tiny_model_dir):
+    bindings = {"DataConfig.max_prompt_length": 2, "DataConfig.truncation": "filter"}
+    status, err = _train(capfd, tmp_path, tiny_model_dir, tmp_path / "run", bindings)
+    assert status == 2
+    assert "truncation='filter' dropped them" in _one_message(err)
+
+
+def test_an_output_dir_that_cannot_be_written_stops_before_the_model_loads(
+    capfd, tmp_path, tiny_model_dir
+):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")  # a directory cannot be made inside a file, even by root
+    status, err = _train(capfd, tmp_path, tiny_model_dir, blocker / "run", {})
+    assert status == 2
+    assert "is not writable" in _one_message(err)
+
+
+def test_a_second_run_on_a_locked_directory_names_the_holder(capfd, tmp_path, tiny_model_dir):
+    out = tmp_path / "run"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from rlkit.trainer.run_dir import lock_run_dir\n"
+            f"lock_run_dir(Path({str(out)!r}))\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        status, err = _train(capfd, tmp_path, tiny_model_dir, out, {})
+        assert status == 2
+        assert f"in use by another rlkit run (pid {holder.pid})" in _one_message(err)
+    finally:
+        holder.kill()  # a crashed holder: the kernel drops its lock
+        holder.wait()
+    status, err = _train(capfd, tmp_path, tiny_model_dir, out, {})
+    assert status == 0, err
+
+
+def test_on_error_skip_trains_on_the_good_rows(capfd, tmp_path, tiny_model_dir):
+    data = tmp_path / "train.jsonl"
+    good = [f'{{"question": "{a}+{a}=", "answer": "{2 * a}"}}' for a in range(4)]
+    data.write_text("\n".join([good[0], '{"question": "no answer"}', "not json", *good[1:]]))
+    bindings = {
+        "DataConfig.dataset_fn": None,
+        "DataConfig.train_files": str(data),
+        "DataConfig.use_chat_template": False,
+        "DataConfig.on_error": "skip",
+    }
+    status, err = _train(capfd, tmp_path, tiny_model_dir, tmp_path / "run", bindings)
+    assert status == 0, err
+    assert (tmp_path / "run" / "checkpoints" / "global_step_1").is_dir()
+
+
+@pytest.mark.parametrize("score", ["1e308", "float('inf')", "float('-inf')"])
+def test_a_reward_out_of_range_is_a_reward_error(capfd, tmp_path, tiny_model_dir, score):
+    reward = tmp_path / "huge.py"
+    reward.write_text(f"def huge(response, ground_truth, **fields):\n    return {score}\n")
+    bindings = {"DataConfig.reward": f"{reward}:huge"}
+    status, err = _train(capfd, tmp_path, tiny_model_dir, tmp_path / "run", bindings)
+    assert status == 2
+    message = _one_message(err)
+    assert "reward calls failed" in message and "out-of-range score" in message
+
+
+def test_a_prompt_message_role_the_template_drops_names_the_row(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.tasks.tool_arithmetic import TOOL_CHAT_TEMPLATE
+    from rlkit.trainer.prompts import tokenize_prompts
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
+    row = {"id": "w1", "ground_truth": "1", "data_source": "t"}
+    rows = [
+        row | {"prompt": [{"role": "user", "content": "2*3?"}]},
+        row | {"id": "w2", "prompt": [{"role": "wizard", "content": "cast a spell"}]},
+    ]
+    with pytest.raises(PromptDataError, match=r"train prompt 1 \(id 'w2'\).*role 'wizard'"):
+        tokenize_prompts(
+            rows,
+            tokenizer,
+            max_prompt_length=64,
+            truncation="error",
+            use_chat_template=True,
+            name="train",
+        )
+
+
+def test_the_lock_file_names_this_process_and_is_released(tmp_path):
+    from rlkit.trainer.run_dir import LOCK_FILE, lock_run_dir
+
+    lock = lock_run_dir(tmp_path)
+    assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    lock.release()
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from rlkit.trainer.run_dir import lock_run_dir; lock_run_dir({str(tmp_path)!r})",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
