@@ -11,6 +11,8 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
   ``exact_match`` (:mod:`rewards.exact_match`): correctness;
 - ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
   (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
+- ``by_data_source`` (:mod:`rewards.by_data_source`): a scorer per row chosen by its
+  ``data_source``, as verl's default reward;
 - ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping;
 - ``weighted`` (:mod:`rewards.weighted`): several rewards by weights, each logged;
 - ``reward_model`` (:mod:`rewards.model_score`): the trainer's reward model's score;
@@ -20,7 +22,9 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
 
 Your own reward is any function with the contract: register it with
 ``@REWARDS.register("name")`` or name it as ``"my_pkg.my_module:my_reward"`` or
-``"path/to/my_file.py:my_reward"``. A *batched* reward scores a whole batch in one
+``"path/to/my_file.py:my_reward"``. A function with verl's signature
+``(data_source, solution_str, ground_truth, extra_info=None)`` is called by keyword
+(:mod:`rewards.verl_signature`). A *batched* reward scores a whole batch in one
 call, ``fn(contexts, **options) -> list``: register it with ``batched=True`` or mark
 it with :func:`batched` (:mod:`rewards.batched_reward`).
 :func:`score_batch` scores a batch safely (time limits, errors counted);
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 # Imported for their registrations.
 from rewards import (  # noqa: F401
     answer_format,
+    by_data_source,
     code_unit_tests,
     exact_match,
     final_turn,
@@ -52,6 +57,7 @@ from rewards.batched_reward import batched, is_batched
 from rewards.composition import combined, compose
 from rewards.context import RewardContext
 from rewards.overlong import overlong_buffer_penalty, overlong_penalty
+from rewards.verl_signature import VerlReward, is_verl_reward
 from rlkit.registry import REWARDS
 
 if TYPE_CHECKING:
@@ -62,11 +68,13 @@ __all__ = [
     "BatchScores",
     "RewardContext",
     "RewardModel",
+    "VerlReward",
     "batched",
     "combined",
     "compose",
     "get",
     "is_batched",
+    "is_verl_reward",
     "names",
     "overlong_buffer_penalty",
     "overlong_penalty",

@@ -10,6 +10,9 @@ always holds ``data_source``, ``response_length`` and the configured
   each passed when the function's signature names it;
 * ``context``: the whole :class:`RewardContext`.
 
+A function with verl's signature ``(data_source, solution_str, ground_truth,
+extra_info)`` is called by keyword instead (:mod:`rewards.verl_signature`).
+
 So existing rewards keep working unchanged, and a reward declares what it reads
 by its own signature, whether it is registered or named by ``pkg.module:function``::
 

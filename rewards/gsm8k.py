@@ -1,12 +1,18 @@
 """GSM8K correctness reward: the final number of a response against the reference.
 
-Two ways to find the model's answer, as in verl's GSM8K scorer:
+Three ways to find the model's answer; the first two as in verl's GSM8K scorer:
 
 - ``strict``: the number after the last ``####`` (the format GSM8K solutions use
   and the instruction "output the final answer after ####" asks for);
 - ``flexible``: the last number anywhere in the response.
 
-Numbers are compared as decimals, so ``18``, ``18.0``, ``18.00``, ``$18``,
+and a third, ``verl``, that reproduces verl's ``compute_score`` exactly: the last
+``#### `` (one space) followed by digits, ``-``, ``.`` and ``,`` in the response's last
+300 characters, commas (and dollar signs) removed, compared with the reference *as
+text*: ``#### 72.``, ``####72``, ``#### $72``, ``#### 72.0`` and ``#### 072`` all score
+0 against ``72``.
+
+With ``strict`` and ``flexible``, numbers are compared as decimals, so ``18``, ``18.0``, ``18.00``, ``$18``,
 ``-$5``, ``$-5`` and ``1,000`` all parse; ``1,000`` equals ``1000``.
 """
 
@@ -28,7 +34,33 @@ _NUMBER = (
 )
 _NUMBER_RE = re.compile(_NUMBER)
 _STRICT_RE = re.compile(r"####\s*(" + _NUMBER + r")")
-METHODS = ("strict", "flexible")
+METHODS = ("strict", "flexible", "verl")
+
+# verl's rule, character for character: only the end of a response is searched.
+_VERL_RE = re.compile(r"#### (\-?[0-9\.\,]+)")
+_VERL_CLIP_CHARS = 300
+
+
+def verl_answer(text: str) -> str | None:
+    """The answer verl's strict GSM8K rule reads from ``text`` (as text), or ``None``."""
+    matches = _VERL_RE.findall(text[-_VERL_CLIP_CHARS:])
+    return matches[-1].replace(",", "").replace("$", "") if matches else None
+
+
+def _verl_score(response: str, ground_truth: str, score: float, format_score: float) -> dict:
+    # verl's references are the bare answer; a raw GSM8K solution is reduced the same way.
+    reference = ground_truth.strip().replace(",", "")
+    if "####" in ground_truth:
+        reference = verl_answer(ground_truth) or reference
+    answer = verl_answer(response)
+    if answer is None:
+        return {"score": 0.0, "acc": 0.0, "pred": ""}
+    correct = answer == reference
+    return {
+        "score": float(score if correct else format_score),
+        "acc": float(correct),
+        "pred": answer,
+    }
 
 
 def parse_number(text: str) -> Decimal | None:
@@ -83,7 +115,8 @@ def gsm8k(
         ground_truth: the reference number as a string (``"18"``, ``"1,000"`` and
             ``"$18"`` are accepted too), or a raw GSM8K solution ending in ``#### 18``.
         method: ``"strict"`` reads the number after the last ``####``;
-            ``"flexible"`` reads the last number in the text.
+            ``"flexible"`` reads the last number in the text; ``"verl"`` applies
+            verl's rule and text comparison exactly (see the module docstring).
         score: reward for a correct answer (verl: 1.0).
         format_score: reward for an answer that was found but is wrong (verl: 0.0).
         **extra: per-sample fields of the reward contract; unused here.
@@ -98,6 +131,8 @@ def gsm8k(
         ValueError: ``ground_truth`` is not a number (a data bug, not a model error),
             or ``method`` is unknown.
     """
+    if method == "verl":
+        return _verl_score(response, ground_truth, score, format_score)
     reference = parse_number(ground_truth)
     if reference is None and "####" in ground_truth:
         # A raw GSM8K solution ("...\n#### 18", as the hub's answer column holds it):

@@ -231,9 +231,11 @@ def _run_batch(
         )
     responses = tokenizer.batch_decode(out.response_ids, skip_special_tokens=True)
     truths = [str(rows[p]["ground_truth"]) for p in out.prompt_index]
+    contexts = _contexts(rows, texts, responses, out)
+    # The same keywords and context as in training, so a reward scores alike in both.
     extras = [
-        {**scoring.options, "data_source": str(rows[p].get("data_source") or "")}
-        for p in out.prompt_index
+        {**scoring.options, "data_source": c.data_source, "response_length": c.response_length}
+        for c in contexts
     ]
     t0 = time.perf_counter()
     scored = rewards.score_batch(
@@ -243,6 +245,7 @@ def _run_batch(
         extras,
         timeout_s=scoring.timeout_s,
         num_workers=scoring.workers,
+        contexts=contexts,
     )
     counters["score"] += time.perf_counter() - t0
     counters["errors"] += scored.num_errors
@@ -271,6 +274,30 @@ def _run_batch(
             )
         )
     return results
+
+
+def _contexts(
+    rows: list[Mapping[str, Any]], texts: list[str], responses: list[str], out: Any
+) -> list[Any]:
+    """One :class:`rewards.RewardContext` per response, as the trainer builds them."""
+    from rewards import RewardContext
+    from rlkit.data import decode_extra_info
+
+    contexts = []
+    for j, p in enumerate(out.prompt_index):
+        row = rows[p]
+        contexts.append(
+            RewardContext(
+                response=responses[j],
+                ground_truth=str(row["ground_truth"]),
+                prompt=texts[p],
+                messages=tuple(row["prompt"]),
+                data_source=str(row.get("data_source") or ""),
+                extra_info=decode_extra_info(row.get("extra_info")),
+                response_length=len(out.response_ids[j]),
+            )
+        )
+    return contexts
 
 
 def _metrics(

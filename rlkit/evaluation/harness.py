@@ -149,8 +149,8 @@ def load_dataset_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
         reward = args.reward or SHARED_DATASETS[args.dataset].reward
     elif Path(args.dataset).exists():
         if args.reward is None:
-            raise SystemExit(
-                f"rlkit eval: --dataset {args.dataset} is a file: name its reward with --reward "
+            raise ValueError(
+                f"--dataset {args.dataset} is a file: name its reward with --reward "
                 f"(e.g. gsm8k, math, exact_match; see `rlkit list rewards`)"
             )
         dataset = load_prompt_dataset(
@@ -162,10 +162,14 @@ def load_dataset_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
         )
         reward = args.reward
     else:
-        raise SystemExit(
-            f"rlkit eval: --dataset {args.dataset!r} is neither a shared set "
+        raise ValueError(
+            f"--dataset {args.dataset!r} is neither a shared set "
             f"({', '.join(SHARED_DATASETS)}) nor an existing JSONL/Parquet file"
         )
+    if reward == "by_data_source":
+        from rewards.by_data_source import check_data_sources
+
+        check_data_sources(dataset["data_source"])
     if args.limit is not None:
         if args.limit < 1:
             raise SystemExit(f"rlkit eval: --limit must be >= 1, got {args.limit}")
@@ -325,6 +329,20 @@ def _compare(
     print(f"comparison: {path}")
 
 
+def every_call_failed(report: Any) -> str | None:
+    """The message for an evaluation whose every reward call raised or timed out, else
+    ``None``."""
+    m = report.metrics
+    total = sum(len(p.scores) for p in report.problems)
+    if not total or m["reward/num_errors"] + m["reward/num_timeouts"] < total:
+        return None
+    first = next((i["error"] for p in report.problems for i in p.reward_infos if "error" in i), "")
+    return (
+        f"every reward call failed ({int(m['reward/num_errors'])} errors, "
+        f"{int(m['reward/num_timeouts'])} timeouts); the first: {first}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """``rlkit eval``; returns the exit status (see the module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -344,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlkit eval: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
     report = _evaluate_model(args, args.model, dataset, reward, argv)
+    failure = every_call_failed(report)
+    if failure is not None:  # a broken reward, not a model that scored 0%
+        print(f"rlkit eval: {failure}", file=sys.stderr)
+        return USER_ERROR_EXIT
     output = Path(args.output) if args.output else _default_output(args)
     report.write_jsonl(output)
     _print_report(args, report, reward, output, args.model)

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,27 +152,55 @@ class TensorBoardSink:
         self._writer.close()
 
 
+def step_line(metrics: dict[str, float], step: int) -> str:
+    """One batch-job log line, as verl prints them: ``step:N - key:value - ...``.
+
+    Every metric by its full name: the :data:`CONSOLE_KEYS` first, then the rest sorted.
+    """
+    first = [k for k in CONSOLE_KEYS if k in metrics]
+    keys = first + sorted(k for k in metrics if k not in first)
+    return " - ".join([f"step:{step}", *(f"{k}:{_value(metrics[k])}" for k in keys)])
+
+
+def _value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 class ConsoleSink:
-    """A tqdm progress bar showing a few key metrics; also prints lines above it."""
+    """A tqdm progress bar showing a few key metrics; also prints lines above it.
+
+    When standard output is not a terminal (a batch job's log file), there is no bar:
+    every logged step prints one :func:`step_line` instead.
+    """
 
     def __init__(self, ctx: LoggerContext) -> None:
         from tqdm.auto import tqdm
 
+        self._bar = None
+        if not sys.stdout.isatty():  # a log file: a bar would only write carriage returns
+            return
         self._bar = tqdm(
             total=ctx.total_steps, initial=ctx.start_step, desc="rlkit", dynamic_ncols=True
         )
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        if self._bar is None:
+            print(step_line(metrics, step), flush=True)
+            return
         if any(k.startswith(("actor/", "critic/")) for k in metrics):
             self._bar.update(max(0, step - self._bar.n))
             shown = {k.split("/", 1)[-1]: f"{metrics[k]:.3g}" for k in CONSOLE_KEYS if k in metrics}
             self._bar.set_postfix(shown, refresh=True)
 
     def print(self, text: str) -> None:
-        self._bar.write(text)
+        if self._bar is None:
+            print(text, flush=True)
+        else:
+            self._bar.write(text)
 
     def close(self) -> None:
-        self._bar.close()
+        if self._bar is not None:
+            self._bar.close()
 
 
 LOGGERS.add("jsonl", JsonlSink, fix="check that the run folder is writable")

@@ -3,6 +3,7 @@ the prompt sets, optimizers and their schedules, seeds, host-memory settings."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Callable
@@ -54,7 +55,7 @@ def load_prompts(
 ) -> tuple[PromptSet, int]:
     """The ``train`` or ``val`` prompts of ``DataConfig`` ``data``, tokenized, and how many
     malformed rows were skipped (``on_error="skip"``)."""
-    from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
+    from rlkit.data import load_report
 
     options = {
         "question_key": data.question_key,
@@ -66,19 +67,14 @@ def load_prompts(
         options["instruction"] = data.instruction
     source = data.train_files if split == "train" else data.val_files
     if data.dataset_fn is not None:
-        dataset = data.dataset_fn(split)
-    elif source in SHARED_DATASETS:  # e.g. "gsm8k": the preset, with its instruction
-        preset_splits = SHARED_DATASETS[source].splits
-        wanted = "train" if split == "train" or "test" not in preset_splits else "test"
-        dataset = load_shared_dataset(source, wanted, **options)
+        dataset, skipped = data.dataset_fn(split), None
     else:
-        # A folder or hub val source reads its validation (or test) split, not train.
-        wanted = "train" if split == "train" else "validation"
-        dataset = load_prompt_dataset(source, split=wanted, **options)
-    try:
-        skipped = load_report(dataset).num_skipped
-    except ValueError:  # a dataset_fn's own dataset carries no load report
-        skipped = 0
+        dataset, skipped = _load_sources(source, split, options)
+    if skipped is None:
+        try:
+            skipped = load_report(dataset).num_skipped
+        except ValueError:  # a dataset_fn's own dataset carries no load report
+            skipped = 0
     if split == "val" and data.val_limit:
         dataset = dataset.select(range(min(data.val_limit, len(dataset))))
     prompts = tokenize_prompts(
@@ -90,7 +86,59 @@ def load_prompts(
         name=split,
         tools=tools,
     )
+    if data.reward == "by_data_source":  # every row needs a scorer: stop before the model loads
+        from rewards.by_data_source import check_data_sources
+
+        check_data_sources(prompts.data_sources)
     return prompts, skipped
+
+
+def _load_sources(source: str | list[str], split: str, options: dict[str, Any]) -> tuple[Any, int]:
+    """The prompts of one file or shared set, or of a list of them (concatenated in order,
+    as verl reads ``data.train_files``), and how many malformed rows were skipped."""
+    import datasets
+
+    from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
+
+    parts, skipped = [], 0
+    for one in [source] if isinstance(source, str) else list(source):
+        if one in SHARED_DATASETS:  # e.g. "gsm8k": the preset, with its instruction
+            preset_splits = SHARED_DATASETS[one].splits
+            wanted = "train" if split == "train" or "test" not in preset_splits else "test"
+            part = load_shared_dataset(one, wanted, **options)
+        else:
+            # A folder or hub val source reads its validation (or test) split, not train.
+            wanted = "train" if split == "train" else "validation"
+            part = load_prompt_dataset(one, split=wanted, **options)
+        with contextlib.suppress(ValueError):  # a set without a load report skipped nothing
+            skipped += load_report(part).num_skipped
+        parts.append(part)
+    if len(parts) == 1:
+        return parts[0], skipped
+    return datasets.concatenate_datasets(parts), skipped
+
+
+class StepsConflict(ValueError):
+    """``TrainerConfig.total_epochs`` and ``total_steps`` give different run lengths."""
+
+
+def total_steps_of(trainer: Any, data: Any, num_prompts: int) -> int:
+    """``TrainerConfig.total_steps``, or the steps of ``total_epochs`` passes over
+    ``num_prompts`` training prompts when that is set (verl's ``trainer.total_epochs``).
+
+    Raises:
+        StepsConflict: ``total_steps`` was changed from its default to another number.
+    """
+    if trainer.total_epochs is None:
+        return trainer.total_steps
+    steps = trainer.total_epochs * num_prompts // data.train_batch_size
+    if trainer.total_steps not in (10, steps):  # 10: total_steps left at its default
+        raise StepsConflict(
+            f"TrainerConfig.total_epochs = {trainer.total_epochs} makes {steps} steps "
+            f"({num_prompts} prompts, {data.train_batch_size} per step) but "
+            f"TrainerConfig.total_steps = {trainer.total_steps}: set one of the two"
+        )
+    return steps
 
 
 def optimizer_factory(optim: Any, lr: float) -> Callable[[Any], torch.optim.Optimizer]:

@@ -72,29 +72,40 @@ class RolloutSource:
         self._undeclared: set[str] = set()
 
     def sampling(self, *, validation: bool = False, greedy: bool = False) -> SamplingParams:
-        """Training sampling, validation's (``val_n``, ``val_temperature``), or one greedy
-        response per prompt (a baseline)."""
+        """Training sampling, validation's (``val_n``, ``val_temperature``, ``val_top_p``,
+        ``val_top_k``; greedy when ``val_do_sample`` is off), or one greedy response per
+        prompt (a baseline)."""
         r = self.cfg.rollout
-        if greedy:
+        if greedy or (validation and not r.val_do_sample):
             return SamplingParams(max_new_tokens=r.max_response_length, temperature=0.0, n=1)
+        if validation:
+            return SamplingParams(
+                max_new_tokens=r.max_response_length,
+                temperature=r.val_temperature,
+                top_p=r.top_p if r.val_top_p is None else r.val_top_p,
+                top_k=r.top_k if r.val_top_k is None else r.val_top_k,
+                n=r.val_n,
+            )
         return SamplingParams(
             max_new_tokens=r.max_response_length,
-            temperature=r.val_temperature if validation else r.temperature,
+            temperature=r.temperature,
             top_p=r.top_p,
             top_k=r.top_k,
-            n=r.val_n if validation else r.n,
+            n=r.n,
         )
 
     def next_batch(self, step: int, timer: PhaseTimer) -> tuple[TrainBatch | None, dict]:
         """The step's global batch of ``train_batch_size`` prompt groups and its rollout
         metrics; ``None`` when group filtering kept no group (the update is skipped)."""
         a, size = self.cfg.algorithm, self.cfg.data.train_batch_size
+        # DAPO draws gen_batch_size prompts per round and trains on the first `size` kept.
+        draw = (self.cfg.data.gen_batch_size or size) if a.filter_groups else size
         self.step = step
         kept: list[ScoredRollout] = []
         num_groups = num_gen = 0
         while True:  # DAPO: draw again until enough groups with varied outcomes
             num_gen += 1
-            indices = self.sampler.next(size)
+            indices = self.sampler.next(draw)
             scored = self.generate(self.prompts, indices, self.sampling(), timer)
             if self.needs.greedy_baseline:  # ReMax
                 greedy = self.generate(self.prompts, indices, self.sampling(greedy=True), timer)
@@ -119,7 +130,7 @@ class RolloutSource:
             metrics["train/num_kept_groups"] = float(rollout.num_groups())
         if len(rollout) == 0:
             self.report(
-                f"step {step}: no group with varied {a.filter_metric} after {num_gen} "
+                f"step {step + 1}: no group with varied {a.filter_metric} after {num_gen} "
                 f"generation batches; update skipped"
             )
             return None, metrics | {"train/skipped_step": 1.0}
@@ -192,7 +203,7 @@ class RolloutSource:
         if before is not None and after is not None and after > before:
             servers = "; ".join(self.engine.restarted_servers()) or "see the engine's log"
             self.report(
-                f"warning: step {self.step}: {int(after - before)} rollout server restart(s) "
+                f"warning: step {self.step + 1}: {int(after - before)} rollout server restart(s) "
                 f"during this "
                 f"rollout, which slows the step "
                 f"({gauges.get('rollout/servers_usable', float('nan')):g} usable now): {servers}"

@@ -1,0 +1,77 @@
+"""User mistakes answered with one message and exit status 2, not a traceback: a gin typo
+(with the closest field), a changed configuration in a used run folder (after the data
+files are checked), an evaluation of a Parquet file without a reward."""
+
+from __future__ import annotations
+
+import gin
+import pytest
+
+from rlkit.evaluation.harness import main as eval_main
+from rlkit.train import main as train_main
+from tests.gin_files import arithmetic_gin
+
+
+@pytest.fixture(autouse=True)
+def _no_gin_left_behind():
+    """`rlkit train` runs in this process: its gin bindings must not reach later tests."""
+    yield
+    gin.clear_config()
+
+
+RUN = {
+    "TrainerConfig.total_steps": 1,
+    "TrainerConfig.val_before_train": False,
+    "TrainerConfig.save_freq": 1,
+    "OptimConfig.ppo_mini_batch_size": 4,
+    "DataConfig.max_prompt_length": 64,
+    "DataConfig.val_limit": None,
+}
+
+
+def _config(tmp_path, model, bindings, name="run.gin"):
+    path = tmp_path / name
+    path.write_text(arithmetic_gin(model, tmp_path / "out", bindings))
+    return str(path)
+
+
+def test_a_gin_typo_names_the_closest_field(tmp_path, capsys):
+    config = _config(tmp_path, tmp_path / "m", {})
+    assert train_main([config, "--gin_param", "DataConfig.rewrd = 'math'"]) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean DataConfig.reward?" in err and "Traceback" not in err
+    assert train_main([config, "--gin_param", "DataConfg.reward = 'math'"]) == 2
+    assert "Did you mean DataConfig?" in capsys.readouterr().err
+
+
+def test_a_changed_configuration_in_a_used_run_folder(tmp_path, tiny_model_dir, capfd):
+    assert train_main([_config(tmp_path, tiny_model_dir, RUN)]) == 0
+    capfd.readouterr()
+    changed = RUN | {"RolloutConfig.temperature": 0.5}
+    assert train_main([_config(tmp_path, tiny_model_dir, changed, "changed.gin")]) == 2
+    err = capfd.readouterr().err
+    assert "RolloutConfig.temperature: 1.0 -> 0.5" in err and "Traceback" not in err
+    assert "resume_mode='disable'" in err and "another TrainerConfig.output_dir" in err
+    # A missing data file is reported as such, not as a changed configuration.
+    missing = changed | {"DataConfig.dataset_fn": None, "DataConfig.train_files": "nope.jsonl"}
+    assert train_main([_config(tmp_path, tiny_model_dir, missing, "missing.gin")]) == 2
+    err = capfd.readouterr().err
+    assert "data file nope.jsonl does not exist" in err and "differs" not in err
+
+
+def test_eval_of_a_parquet_file_without_a_reward_exits_2(tmp_path, tiny_model_dir, capsys):
+    import pandas as pd
+
+    path = tmp_path / "problems.parquet"
+    pd.DataFrame({"question": ["1+1="], "answer": ["2"]}).to_parquet(path)
+    assert eval_main([str(tiny_model_dir), "--dataset", str(path)]) == 2
+    assert "name its reward with --reward" in capsys.readouterr().err
+
+
+def test_an_unknown_engine_option_stops_before_the_model_loads(tmp_path, capsys):
+    bindings = {"RolloutConfig.engine_options": {"generation_batch_sise": 8}}
+    # The model folder does not exist: the option is reported before anything loads.
+    assert train_main([_config(tmp_path, tmp_path / "no_model", bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option(s) ['generation_batch_sise']" in err
+    assert "did you mean generation_batch_size?" in err and "Traceback" not in err
