@@ -62,10 +62,11 @@ def test_rlkit_eval_dispatches_and_limits_a_shared_set(tiny_model_dir, tmp_path)
     assert set(summary["metrics"]) >= {"accuracy", "mean@2", "pass@1", "pass@2"}
 
 
-def test_several_samples_without_a_temperature_are_refused(tiny_model_dir, toy_jsonl):
-    with pytest.raises(SystemExit, match="temperature > 0"):
+def test_several_samples_without_a_temperature_are_refused(tiny_model_dir, toy_jsonl, capsys):
+    with pytest.raises(SystemExit) as exited:
         main([str(tiny_model_dir), "--dataset", str(toy_jsonl), "--reward", "exact_match",
               "--n", "4"])  # fmt: skip
+    assert exited.value.code == 2 and "temperature > 0" in capsys.readouterr().err
 
 
 def test_a_dataset_file_needs_a_reward(tiny_model_dir, toy_jsonl, capsys):
@@ -78,9 +79,21 @@ def test_an_unknown_dataset_names_the_choices(tiny_model_dir, capsys):
     assert re.search("neither a shared set .*gsm8k", capsys.readouterr().err)
 
 
-def test_a_missing_model_directory_is_reported(tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
+def test_a_missing_model_directory_is_reported(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
         main([str(tmp_path / "nope"), "--dataset", "gsm8k"])
+    assert exited.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_a_directory_that_is_not_a_model_is_one_message_before_any_loading(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("not a model")
+    for path, said in (
+        (tmp_path, "not a Hugging Face model directory"),
+        (tmp_path / "notes.txt", "is a file"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            main([str(path), "--dataset", "gsm8k"])
+        assert exited.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_engine_options_parse_as_literals_or_strings():
@@ -162,7 +175,8 @@ def test_a_model_compared_with_its_copy_differs_by_exactly_zero(tiny_model_dir, 
         assert metric["verdict"] == "not distinguishable (interval includes 0)"
 
 
-def test_a_missing_baseline_directory_is_reported(tiny_model_dir, toy_jsonl, tmp_path):
-    with pytest.raises(SystemExit, match="does not exist"):
+def test_a_missing_baseline_directory_is_reported(tiny_model_dir, toy_jsonl, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
         main([str(tiny_model_dir), "--compare", str(tmp_path / "nope"), "--dataset",
               str(toy_jsonl), "--reward", "exact_match"])  # fmt: skip
+    assert exited.value.code == 2 and "does not exist" in capsys.readouterr().err

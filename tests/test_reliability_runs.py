@@ -4,6 +4,7 @@ where it can be, and nothing the run wrote is lost."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -169,3 +170,17 @@ def test_the_lock_file_names_this_process_and_is_released(tmp_path):
         text=True,
     )
     assert probe.returncode == 0, probe.stderr
+
+
+def test_a_verl_row_without_a_ground_truth_names_the_field(tmp_path):
+    from rlkit.data import load_prompt_dataset
+
+    path = tmp_path / "train.jsonl"
+    row = {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": "1+1?"}],
+        "reward_model": {"style": "rule", "ground_truth": None},
+    }
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(Exception, match=r"reward_model.ground_truth is missing or None"):
+        load_prompt_dataset(str(path), split="train")

@@ -237,8 +237,16 @@ def _string_field(row: Mapping[str, Any], key: str, what: str, hint: str) -> str
 def _standard_row(row: Mapping[str, Any]) -> dict[str, Any] | None:
     """The row as-is if it is already in rlkit's (or verl's) schema, else None."""
     truth = row.get("ground_truth")
-    if truth is None and isinstance(row.get("reward_model"), Mapping):
+    verl_layout = isinstance(row.get("reward_model"), Mapping)
+    if truth is None and verl_layout:
         truth = row["reward_model"].get("ground_truth")
+    if "prompt" in row and verl_layout and truth is None:
+        # A verl row whose answer is missing: say so, rather than fall back to the
+        # question/answer layout and report a missing question column.
+        raise _RowProblem(
+            "reward_model.ground_truth is missing or None; every verl row needs the answer "
+            "the reward compares with"
+        )
     if "prompt" not in row or truth is None:
         return None
     problem = message_problem(row["prompt"])

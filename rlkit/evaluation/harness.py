@@ -36,7 +36,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rlkit.data import SHARED_DATASETS
 
@@ -247,11 +247,29 @@ def _checked_temperature(args: argparse.Namespace) -> float:
     try:
         check_sampling(args.n, temperature)
     except ValueError as exc:
-        raise SystemExit(f"rlkit eval: {exc}") from None
+        _user_error(str(exc))
     for model in (args.model, args.compare):
-        if model is not None and not Path(model).is_dir():
-            raise SystemExit(f"rlkit eval: model directory {model!r} does not exist")
+        if model is not None:
+            _check_model(model)
     return temperature
+
+
+def _check_model(model: str) -> None:
+    """One message (exit status 2) for a path that is not a model, before any loading."""
+    path = Path(model)
+    if not path.exists():
+        _user_error(f"model directory {model!r} does not exist")
+    if not path.is_dir():
+        _user_error(f"{model!r} is a file; give a Hugging Face model directory")
+    if not (path / "config.json").is_file() and not any(path.glob("*.gguf")):
+        _user_error(
+            f"{model!r} is not a Hugging Face model directory (no config.json nor .gguf file)"
+        )
+
+
+def _user_error(message: str) -> NoReturn:
+    print(f"rlkit eval: {message}", file=sys.stderr)
+    raise SystemExit(USER_ERROR_EXIT)
 
 
 def _print_report(
