@@ -614,3 +614,18 @@ def test_the_python_examples_of_docs_tools_md_run():
     finally:
         if "unit_convert" in TOOLS:
             TOOLS.unregister("unit_convert")
+
+
+def test_a_search_tool_without_a_readable_corpus_is_refused_at_configuration(
+    corpus_path, monkeypatch, tmp_path
+):
+    from rlkit.rollout.agent_loop import agent_config
+
+    agent = agent_config({"tools": ["search"]})
+    monkeypatch.setenv("RLKIT_SEARCH_CORPUS", str(tmp_path / "nowhere.jsonl"))
+    (problem,) = agent.problems()
+    assert "RLKIT_SEARCH_CORPUS" in problem and "nowhere.jsonl" in problem
+    monkeypatch.delenv("RLKIT_SEARCH_CORPUS")
+    assert "set RLKIT_SEARCH_CORPUS" in agent.problems()[0]
+    monkeypatch.setenv("RLKIT_SEARCH_CORPUS", str(corpus_path))
+    assert agent.problems() == []

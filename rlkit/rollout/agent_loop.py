@@ -103,6 +103,12 @@ class AgentConfig:
             out.append(
                 f"RolloutConfig.agent max_parallel_tools must be >= 1, got {self.max_parallel_tools}"
             )
+        if "search" in self.tools:  # found before training, not as failed tool calls
+            from rlkit.tools.retrieval import corpus_problem
+
+            problem = corpus_problem()
+            if problem is not None:
+                out.append(f"RolloutConfig.agent tools: {problem}")
         if self.interaction is not None:
             try:
                 make_interaction(self.interaction, self.interaction_options)

@@ -214,6 +214,19 @@ def corpus_index(path: str | os.PathLike[str]) -> SearchIndex:
         return _indexes[key]
 
 
+def corpus_problem() -> str | None:
+    """Why the ``search`` tool could not answer (no corpus configured, or one that cannot
+    be read), checked before a run starts; None when its corpus loads."""
+    path = os.environ.get(CORPUS_ENV)
+    if not path:
+        return f"the search tool needs a corpus: set {CORPUS_ENV} to a .jsonl file of passages"
+    try:
+        corpus_index(path)
+    except (OSError, ValueError) as exc:
+        return f"the search tool's corpus {CORPUS_ENV}={path!r} cannot be read: {exc}"
+    return None
+
+
 @TOOLS.register("search")
 def search(query: str, top_k: int = 3) -> str:
     """Search the knowledge corpus and return the most relevant passages.
