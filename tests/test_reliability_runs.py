@@ -184,3 +184,25 @@ def test_a_verl_row_without_a_ground_truth_names_the_field(tmp_path):
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(Exception, match=r"reward_model.ground_truth is missing or None"):
         load_prompt_dataset(str(path), split="train")
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ("import os\nos._exit(0)\n", 0),
+        ("import os\nos._exit(3)\n", 3),
+        ("raise SystemExit(0)\n", 0),
+    ],
+)
+def test_a_reward_module_that_exits_when_imported_is_named(
+    capfd, tmp_path, tiny_model_dir, body, status
+):
+    reward = tmp_path / "exiting_reward.py"
+    reward.write_text(body + "\ndef score(response, ground_truth, **extra):\n    return 1.0\n")
+    code, err = _train(
+        capfd, tmp_path, tiny_model_dir, tmp_path / "run", {"DataConfig.reward": f"{reward}:score"}
+    )
+    assert code == 2
+    line = _one_message(err)
+    assert "DataConfig.reward" in line and f"ended the process (exit status {status})" in line
+    assert not (tmp_path / "run").exists()  # stopped before anything was written

@@ -568,6 +568,48 @@ def reward_reads_reward_model(reward: str, options: dict[str, Any]) -> bool | No
     return bool(entry.extra.get("needs_reward_model"))
 
 
+IMPORT_CHECK_TIMEOUT_S = 120.0
+"""How long importing a user's module in a child process may take at configuration."""
+
+
+def check_imports_alone(name: str, setting: str) -> None:
+    """Import the module of ``name`` (``path/to/file.py:fn`` or ``pkg.module:fn``) in a
+    child process first: a module that ends the process while it is imported
+    (``os._exit``, ``SystemExit``, a crash) is then named, instead of ending the run.
+
+    Raises:
+        ValueError: the child did not finish the import; the message names ``setting``,
+            the exit status and the end of its output.
+    """
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom rlkit.registry import REWARDS\n"
+        "try:\n    REWARDS.entry(sys.argv[1])\nexcept Exception:\n    pass\n"
+        "print('rlkit: import finished', flush=True)\n"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, name],
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_CHECK_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise ValueError(
+            f"{setting} {name!r}: importing its module took over {IMPORT_CHECK_TIMEOUT_S:g} s; "
+            f"a module should only define functions when imported"
+        ) from None
+    if "rlkit: import finished" not in proc.stdout:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise ValueError(
+            f"{setting} {name!r}: importing its module ended the process (exit status "
+            f"{proc.returncode}){': ' + ' | '.join(tail) if tail else ''}; a module must not "
+            f"exit or crash when imported (move that code under `if __name__ == '__main__':`)"
+        )
+
+
 def check_registered_names(
     algorithm: AlgorithmConfig, data: DataConfig, rollout: RolloutConfig
 ) -> None:
@@ -602,6 +644,8 @@ def check_registered_names(
         KL_PENALTIES.entry(algorithm.kl_loss_type)
     if algorithm.use_kl_in_reward:
         KL_PENALTIES.entry(algorithm.kl_penalty)
+    if ":" in data.reward:
+        check_imports_alone(data.reward, "DataConfig.reward")
     reward = REWARDS.entry(data.reward)
     if ":" in data.reward and not reward.extra.get("batched"):
         # A user's function: a signature that cannot take the call fails now, not after
