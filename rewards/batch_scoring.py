@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewards import hang_report
 from rewards.batched_reward import resolve_reward
 from rewards.context import RewardContext, context_kwargs, fields_read
 from rewards.time_limit import RewardTimeout, call_with_time_limit
@@ -174,7 +175,7 @@ def _score_inline(
     # call costs more than a rule reward's call itself.
     batch_watchdog = deadline is not None and hard_limit_s is not None and bool(calls)
     if batch_watchdog:
-        faulthandler.dump_traceback_later(deadline - time.monotonic() + hard_limit_s, exit=True)
+        hang_report.arm(deadline - time.monotonic() + hard_limit_s)
     try:
         return _score_calls(
             fn, calls, timeout_s, deadline, None if batch_watchdog else hard_limit_s

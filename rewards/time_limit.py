@@ -19,6 +19,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from rewards import hang_report
+
 T = TypeVar("T")
 _warned_off_main_thread = False
 
@@ -106,11 +108,10 @@ def _watchdog(timeout_s: float, hard_limit_s: float | None) -> bool:
     ``hard_limit_s``; return whether one was armed.
 
     It is ``faulthandler``'s, a C thread: a Python thread cannot run while a C call
-    holds the GIL, which is exactly the case it is for. It prints every thread's
-    traceback (the stuck reward's line among them) under ``Timeout (h:mm:ss)!`` and
-    exits with status 1.
+    holds the GIL, which is exactly the case it is for. It exits with status 1, and
+    :mod:`rewards.hang_report` prints one line naming the stuck call and the fix.
     """
     if hard_limit_s is None:
         return False
-    faulthandler.dump_traceback_later(timeout_s + hard_limit_s, exit=True)
+    hang_report.arm(timeout_s + hard_limit_s)
     return True

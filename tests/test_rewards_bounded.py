@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -53,7 +54,13 @@ def run_stuck_scoring(score_call: str, stuck_when: str = "True") -> str:
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
-    assert "in stuck" in proc.stderr  # the reward's line, in the watchdog's traceback
+    # One line: the stuck call by name and line, the fix, and where every stack went.
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert line.startswith("rlkit: a reward call hung inside one C call")
+    assert "stuck in stuck (<string>, line 3)" in line
+    assert "DataConfig.reward_workers >= 1" in line
+    stacks = Path(line.rsplit("every thread's stack: ", 1)[1])
+    assert "in stuck" in stacks.read_text()  # the watchdog's full dump, kept
     assert time.monotonic() - start < 30
     return proc.stderr
 
