@@ -140,7 +140,8 @@ def test_a_hub_layout_folder_as_val_source_reads_its_test_split(hub_mirror, tmp_
 def test_rlkit_eval_offline_without_a_cache_exits_2_with_one_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RLKIT_DATA_DIR"}
     env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
-    (tmp_path / "model").mkdir()
+    (tmp_path / "model").mkdir()  # a model directory (its config is read, its weights never)
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "qwen2"}')
     done = subprocess.run(
         [sys.executable, "-m", "rlkit.cli", "eval", str(tmp_path / "model"), "--dataset", "gsm8k"],
         capture_output=True,

@@ -19,7 +19,8 @@ include 'presets/dapo.gin'
 ModelConfig.path = "{model}"
 DataConfig.dataset_fn = @arithmetic_dataset
 arithmetic_dataset.limit = 32
-DataConfig.reward = "exact_match"
+DataConfig.reward = "length_penalty"
+DataConfig.reward_options = {{"max_response_length": 6}}
 DataConfig.max_prompt_length = 16
 DataConfig.train_batch_size = 4
 DataConfig.val_limit = 6
@@ -27,6 +28,7 @@ RolloutConfig.n = 4
 RolloutConfig.max_response_length = 6
 RolloutConfig.val_n = 2
 RolloutConfig.val_temperature = 1.0
+AlgorithmConfig.filter_metric = "score"
 AlgorithmConfig.max_num_gen_batches = 2
 AlgorithmConfig.overlong_buffer_len = 2
 OptimConfig.lr = 1e-3
