@@ -53,7 +53,7 @@ def quarantine_unparsable(path: str | Path) -> int:
         fh.write(b"".join(bad))
         fh.flush()
         os.fsync(fh.fileno())
-    _atomic_write(path, b"".join(ln for ln in lines if ln not in bad) + tail)
+    atomic_write(path, b"".join(ln for ln in lines if ln not in bad) + tail)
     warnings.warn(
         f"{path}: moved {len(bad)} line(s) that are not metric records (garbled, not "
         f"UTF-8 or not JSON) to {quarantine.name}",
@@ -89,13 +89,15 @@ def repair_metrics(path: str | Path, *, keep_through_step: int) -> None:
         )
     if len(complete) == len(data) and len(kept) == len(lines):
         return
-    _atomic_write(path, b"".join(kept))
+    atomic_write(path, b"".join(kept))
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` all at once (a temporary file, fsynced, renamed
+    over it): a crash leaves the old file or the new one, never a part."""
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as fh:
-        fh.write(data)
+        fh.write(data.encode() if isinstance(data, str) else data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlkit.logging.metrics_file import atomic_write
+
 COMPLETE = "COMPLETE"
 LATEST = "latest"
 MANIFEST = "MANIFEST.json"
@@ -63,7 +65,7 @@ def write_manifest(root: Path) -> None:
     files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
     sums = {p.relative_to(root).as_posix(): file_digest(p) for p in files}
     text = json.dumps({"algorithm": "sha256", "files": sums}, indent=1, sort_keys=True)
-    _atomic_write(root / MANIFEST, text)
+    atomic_write(root / MANIFEST, text)
 
 
 def manifest_problems(root: Path) -> list[str] | None:
@@ -245,7 +247,7 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
-        _atomic_write(self.root / LATEST, final.name)
+        atomic_write(self.root / LATEST, final.name)
         self._prune()
 
     def latest_name(self) -> str:
@@ -410,15 +412,6 @@ def _is_no_space(exc: BaseException) -> bool:
 
 def _step_of(path: Path) -> int:
     return int(path.name.rsplit("_", 1)[-1])
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def _fsync_tree(root: Path) -> None:
