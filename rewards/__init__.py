@@ -12,7 +12,8 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
 - ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
   (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
 - ``by_data_source`` (:mod:`rewards.by_data_source`): a scorer per row chosen by its
-  ``data_source``, as verl's default reward;
+  ``data_source``, as verl's default reward; ``default`` (same module), the
+  ``DataConfig.reward`` default: the same, with ``gsm8k`` for a source it does not know;
 - ``combined`` (:mod:`rewards.composition`): a correctness reward plus shaping;
 - ``weighted`` (:mod:`rewards.weighted`): several rewards by weights, each logged;
 - ``reward_model`` (:mod:`rewards.model_score`): the trainer's reward model's score;

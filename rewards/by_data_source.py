@@ -8,13 +8,19 @@ verl's default reward does.
 ``gsm8k`` (rlkit's shared set)                                 ``gsm8k``, ``method="strict"``
 ``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,    ``math``
 ``HuggingFaceH4/MATH-500``, ``math500``, ``math``,
-``math_dapo``, ``dapo_math_17k``, ``aime*``, ``numina_*``
+``math_dapo``, ``dapo_math_17k``, ``hiyouga/geometry3k``,
+``aime*``, ``numina_*``
 =============================================================  ==========================
 
 ``DataConfig.reward_options`` reach the chosen scorer (a ``method`` option replaces the
 table's). A source with no scorer is a configuration error: the trainer and
 ``rlkit eval`` check every row's source before any model loads
 (:func:`check_data_sources`), and name the source and the setting.
+
+``default``, ``DataConfig.reward``'s default, is the same table with one fallback: a row
+whose ``data_source`` has no scorer is scored by ``gsm8k`` (``method="strict"``), rlkit's
+reward for a numeric answer. Its ground truth must then read as a number; a row whose
+does not stops the run before any model loads, naming the source and the setting.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 from rlkit.registry import REWARDS
@@ -42,10 +48,13 @@ _EXACT: dict[str, tuple[str, dict[str, Any]]] = {
             "math",
             "math_dapo",
             "dapo_math_17k",
+            "hiyouga/geometry3k",
         )
     },
 }
 _PREFIXES: tuple[tuple[str, str], ...] = (("aime", "math"), ("numina_", "math"))
+#: ``default``'s scorer for a source the table does not know.
+FALLBACK: tuple[str, dict[str, Any]] = ("gsm8k", {"method": "strict"})
 
 
 class UnknownDataSourceError(ValueError):
@@ -62,32 +71,70 @@ def scorer_for(data_source: str) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+def _known() -> str:
+    return ", ".join(sorted(_EXACT)) + ", " + ", ".join(f"{p}*" for p, _ in _PREFIXES)
+
+
 def _unknown(data_source: str) -> UnknownDataSourceError:
-    known = ", ".join(sorted(_EXACT)) + ", aime*, numina_*"
     return UnknownDataSourceError(
         f"DataConfig.reward = 'by_data_source' has no scorer for data_source "
-        f"{data_source!r} (known: {known}); set DataConfig.reward to a reward for it "
+        f"{data_source!r} (known: {_known()}); set DataConfig.reward to a reward for it "
         f"(`rlkit list rewards`, or 'path/to/file.py:compute_score')"
     )
 
 
-def check_data_sources(sources: Iterable[str]) -> None:
+def check_data_sources(
+    sources: Sequence[str], ground_truths: Sequence[str] = (), *, reward: str = "by_data_source"
+) -> None:
     """Say once per source (not once per row) which scorer its rows get; raise for a
-    source with none. Called when a dataset loads, before any model does.
+    row that has none. Called when a dataset loads, before any model does.
+
+    Args:
+        sources: every row's ``data_source``.
+        ground_truths: every row's ground truth (``default``: the rows that fall back to
+            ``gsm8k`` must hold numbers).
+        reward: ``by_data_source`` (a source without a scorer is an error) or
+            ``default`` (it falls back to :data:`FALLBACK`).
 
     Raises:
-        UnknownDataSourceError: naming the first source without a scorer.
+        UnknownDataSourceError: naming the first source without a scorer (``default``: the
+            first fallback row whose ground truth is not a number).
     """
     counts = Counter(sources)
     for source, count in counts.items():
         chosen = scorer_for(source)
-        if chosen is None:
+        if chosen is None and reward != "default":
             raise _unknown(source)
-        name, options = chosen
-        line = f"rlkit: by_data_source: {count} {source!r} rows are scored by {name} {options}"
+        name, options = chosen or FALLBACK
+        why = "" if chosen else " (no scorer of its own: the default for numeric answers)"
+        line = (
+            f"rlkit: {reward} reward: {count} {source!r} rows are scored by {name} {options}{why}"
+        )
         logger.info(line)
         if os.environ.get("RANK", "0") == "0":  # one process of a launch says it
             print(line, flush=True)
+    if reward == "default":
+        _check_fallback_answers(sources, ground_truths)
+
+
+def _check_fallback_answers(sources: Sequence[str], ground_truths: Sequence[str]) -> None:
+    """The rows ``default`` scores by ``gsm8k`` must have numeric ground truths: a MATH
+    answer like ``\\frac{1}{2}`` under an unknown ``data_source`` would otherwise stop the
+    run at its first reward call, blaming the data."""
+    from rewards.gsm8k import extract_answer, parse_number
+
+    for source, truth in zip(sources, ground_truths, strict=False):
+        if scorer_for(source) is not None:
+            continue
+        text = str(truth)
+        if parse_number(text) is None and extract_answer(text, "strict") is None:
+            raise UnknownDataSourceError(
+                f"DataConfig.reward is not set, and data_source {source!r} has no scorer "
+                f"(known: {_known()}), so its rows fall back to gsm8k, which needs a number; "
+                f"a {source!r} row's ground truth is {text!r:.60}. Set DataConfig.reward to "
+                f"the reward for this data (`rlkit list rewards`: math, exact_match, "
+                f"'path/to/file.py:compute_score'), or give the rows a known data_source"
+            )
 
 
 @REWARDS.register(
@@ -114,6 +161,38 @@ def by_data_source(
     chosen = scorer_for(data_source)
     if chosen is None:
         raise _unknown(data_source)
+    return _score(chosen, response, ground_truth, data_source, extra)
+
+
+@REWARDS.register(
+    "default",
+    summary="by_data_source where the row's data_source has a scorer, else gsm8k (strict)",
+)
+def default(
+    response: str, ground_truth: str, *, data_source: str = "", **extra: Any
+) -> float | dict[str, Any]:
+    """``DataConfig.reward``'s default: the scorer ``data_source`` names
+    (:func:`by_data_source`), or :data:`FALLBACK` for a source without one.
+
+    Args:
+        response: the model's response text.
+        ground_truth: the row's reference answer.
+        data_source: the row's data source.
+        **extra: the other per-row fields and ``DataConfig.reward_options``, passed on.
+
+    Returns:
+        What the chosen scorer returns.
+    """
+    return _score(scorer_for(data_source) or FALLBACK, response, ground_truth, data_source, extra)
+
+
+def _score(
+    chosen: tuple[str, dict[str, Any]],
+    response: str,
+    ground_truth: str,
+    data_source: str,
+    extra: dict[str, Any],
+) -> float | dict[str, Any]:
     name, options = chosen
     return REWARDS.get(name)(
         response, ground_truth, data_source=data_source, **{**options, **extra}

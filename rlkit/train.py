@@ -136,13 +136,14 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
     from rlkit.data.prompt_dataset import PromptDataError
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
+    from rlkit.trainer.rollout_source import NoUpdateError
     from rlkit.trainer.run_dir import RunDirError
     from rlkit.trainer.scoring import RewardFailure
     from rlkit.trainer.trainer import RLTrainer
 
     try:
         progress["trainer"] = trainer = RLTrainer(config)
-        history = trainer.run()
+        trainer.run()
     except (
         FileNotFoundError,
         PromptDataError,
@@ -152,22 +153,10 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         StepsConflict,
         CheckpointError,  # a damaged checkpoint
         RunDirError,  # output_dir not writable, or in use by another run
+        NoUpdateError,  # DAPO's group filter kept nothing in any step
     ) as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()
-    if history and all(m.get("train/skipped_step") for m in history):
-        raise UserError(no_update_message(config))
-
-
-def no_update_message(config: ExperimentConfig) -> str:
-    """Why a run whose every step was skipped (DAPO's group filter kept nothing) failed."""
-    a = config.algorithm
-    return (
-        f"no step of the run updated the model: every group had the same {a.filter_metric} "
-        f"in each of AlgorithmConfig.max_num_gen_batches = {a.max_num_gen_batches} generation "
-        f"rounds of every step (the prompts are too easy or too hard for the model); raise "
-        f"max_num_gen_batches or DataConfig.gen_batch_size, or use other data"
-    )
 
 
 def _close_launched_process_group() -> None:

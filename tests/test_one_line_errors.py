@@ -75,3 +75,15 @@ def test_an_unknown_engine_option_stops_before_the_model_loads(tmp_path, capsys)
     err = capsys.readouterr().err
     assert "unknown option(s) ['generation_batch_sise']" in err
     assert "did you mean generation_batch_size?" in err and "Traceback" not in err
+
+
+def test_an_unknown_sglang_engine_option_stops_before_the_model_loads(tmp_path, capsys):
+    bindings = {
+        "RolloutConfig.engine": "sglang",
+        "RolloutConfig.engine_options": {"device": "cpu", "max_concurency": 8},
+    }
+    # SGLang's factory forwards options to its engine: those are checked too, up front.
+    assert train_main([_config(tmp_path, tmp_path / "no_model", bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown option(s) ['max_concurency']" in err
+    assert "did you mean max_concurrency?" in err and "Traceback" not in err

@@ -123,7 +123,7 @@ def test_custom_reward_function_settings_train_with_a_verl_reward(
     bindings = {
         "DataConfig.custom_reward_path": str(verl_file),
         "DataConfig.custom_reward_name": "compute_score",
-        "DataConfig.reward": "gsm8k",  # the default: custom_reward_path replaces it
+        "DataConfig.reward": "default",  # left unset: custom_reward_path replaces it
         "DataConfig.reward_options": {"bonus": 0.0},
         "DataConfig.val_limit": None,
         "TrainerConfig.total_steps": 1,
@@ -181,6 +181,7 @@ def test_eval_with_a_reward_failing_everywhere_exits_2(tmp_path, tiny_model_dir,
         ("math_dapo", ("math", {})),
         ("aime2024", ("math", {})),
         ("numina_olympiads", ("math", {})),
+        ("hiyouga/geometry3k", ("math", {})),
         ("my_source", None),
     ],
 )
@@ -247,3 +248,87 @@ def test_gsm8k_verl_method_matches_verls_rule(response, verl, strict):
     assert gsm8k(response, "72")["score"] == strict
     # A raw GSM8K solution as reference is reduced by the same rule.
     assert gsm8k(response, "He has 70+2 = 72\n#### 72", method="verl")["score"] == verl
+
+
+def _without_reward(gin_text: str) -> str:
+    """The experiment with no ``DataConfig.reward`` line: the reward left at its default."""
+    return gin_text.replace("DataConfig.reward = 'exact_match'\n", "")
+
+
+def test_the_default_reward_scores_each_row_by_its_data_source():
+    scored = rewards.score_batch(
+        "default",
+        ["#### 2.", r"so \boxed{\frac{1}{2}}", "#### 7", "The answer is 7"],
+        ["2", "1/2", "7", "7"],
+        [
+            {"data_source": "openai/gsm8k"},  # verl's rule: "2." is no number -> 0
+            {"data_source": "HuggingFaceH4/MATH-500"},  # math-verify: \frac{1}{2} = 1/2 -> 1
+            {"data_source": "my_numbers"},  # no scorer: gsm8k strict reads "#### 7" -> 1
+            {"data_source": "my_numbers"},  # strict needs "####" -> 0
+        ],
+    )
+    assert scored.scores == [0.0, 1.0, 1.0, 0.0] and scored.num_errors == 0
+
+
+def test_a_run_with_no_reward_set_trains_on_a_mixed_gsm8k_and_math_parquet(
+    tmp_path, tiny_model_dir, capfd
+):
+    import pandas as pd
+
+    rows = [
+        ("openai/gsm8k", "1+1=", "2"),
+        ("HuggingFaceH4/MATH-500", "Half of one is", r"\frac{1}{2}"),
+        ("openai/gsm8k", "2+2=", "4"),
+        ("HuggingFaceH4/MATH-500", "x^2=4, x>0, x=", "2"),
+    ]
+    data = tmp_path / "mixed.parquet"
+    pd.DataFrame(
+        [
+            {
+                "data_source": source,
+                "prompt": [{"role": "user", "content": question}],
+                "reward_model": {"style": "rule", "ground_truth": truth},
+            }
+            for source, question, truth in rows
+        ]
+    ).to_parquet(data)
+    bindings = {
+        "DataConfig.dataset_fn": None,
+        "DataConfig.train_files": str(data),
+        "DataConfig.max_prompt_length": 64,
+        "OptimConfig.ppo_mini_batch_size": 4,
+        "TrainerConfig.total_steps": 1,
+        "TrainerConfig.val_before_train": False,
+    }
+    config = tmp_path / "run.gin"
+    config.write_text(_without_reward(arithmetic_gin(tiny_model_dir, tmp_path / "out", bindings)))
+    assert train_main([str(config)]) == 0
+    printed = capfd.readouterr().out
+    assert "2 'HuggingFaceH4/MATH-500' rows are scored by math" in printed
+    assert "2 'openai/gsm8k' rows are scored by gsm8k {'method': 'verl'}" in printed
+    logged = [
+        json.loads(line)
+        for line in (tmp_path / "out/metrics.jsonl").read_text().split("\n")
+        if line
+    ]
+    assert logged[-1]["reward/num_errors"] == 0  # "\frac{1}{2}" reached math, not gsm8k
+
+
+def test_a_run_with_no_reward_set_stops_on_an_unknown_source_with_non_numeric_answers(
+    tmp_path, tiny_model_dir, capsys
+):
+    data = _verl_rows(
+        tmp_path / "odd.jsonl", [("my_source", "Half of one", r"\frac{1}{2}", {})] * 4
+    )
+    bindings = {
+        "DataConfig.dataset_fn": None,
+        "DataConfig.train_files": str(data),
+        "DataConfig.max_prompt_length": 64,
+        "OptimConfig.ppo_mini_batch_size": 4,
+    }
+    config = tmp_path / "run.gin"
+    config.write_text(_without_reward(arithmetic_gin(tiny_model_dir, tmp_path / "out", bindings)))
+    assert train_main([str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "data_source 'my_source' has no scorer" in err and "Set DataConfig.reward" in err
+    assert "Traceback" not in err and not (tmp_path / "out/metrics.jsonl").exists()

@@ -166,10 +166,10 @@ def load_dataset_for_eval(args: argparse.Namespace) -> tuple[Any, str]:
             f"--dataset {args.dataset!r} is neither a shared set "
             f"({', '.join(SHARED_DATASETS)}) nor an existing JSONL/Parquet file"
         )
-    if reward == "by_data_source":
+    if reward in ("by_data_source", "default"):
         from rewards.by_data_source import check_data_sources
 
-        check_data_sources(dataset["data_source"])
+        check_data_sources(dataset["data_source"], dataset["ground_truth"], reward=reward)
     if args.limit is not None:
         if args.limit < 1:
             raise SystemExit(f"rlkit eval: --limit must be >= 1, got {args.limit}")

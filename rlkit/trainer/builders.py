@@ -86,10 +86,10 @@ def load_prompts(
         name=split,
         tools=tools,
     )
-    if data.reward == "by_data_source":  # every row needs a scorer: stop before the model loads
+    if data.reward in ("by_data_source", "default"):  # stop before the model loads
         from rewards.by_data_source import check_data_sources
 
-        check_data_sources(prompts.data_sources)
+        check_data_sources(prompts.data_sources, prompts.ground_truths, reward=data.reward)
     return prompts, skipped
 
 

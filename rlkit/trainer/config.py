@@ -101,10 +101,12 @@ class DataConfig:
     on_error: str = "raise"
     """A malformed data row (bad JSON, no question or answer, duplicate id): ``raise`` names
     it and stops; ``skip`` drops it (the run prints how many, per split)."""
-    reward: str = "gsm8k"
+    reward: str = "default"
     """Reward function name (``rlkit list rewards``), ``package.module:function`` or
     ``path/to/file.py:function`` (relative to the working directory); see docs/rewards.md.
-    ``by_data_source`` picks a scorer per row from its ``data_source``, as verl's default.
+    ``default`` picks a scorer per row from its ``data_source``, as verl's default does
+    (GSM8K, MATH, AIME, ...), and scores a row of any other source by ``gsm8k``;
+    ``by_data_source`` is the same without that fallback.
     A function with verl's signature ``(data_source, solution_str, ground_truth,
     extra_info)`` is called by keyword."""
     custom_reward_path: str = ""
@@ -132,7 +134,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         if self.custom_reward_path:
             chosen = f"{self.custom_reward_path}:{self.custom_reward_name}"
-            if self.reward not in ("gsm8k", chosen):  # "gsm8k": reward left at its default
+            if self.reward not in ("default", chosen):  # "default": reward left unset
                 raise ValueError(
                     f"DataConfig.custom_reward_path names the reward {chosen!r} but "
                     f"DataConfig.reward is {self.reward!r}: set one of the two"
@@ -669,9 +671,10 @@ def check_registered_names(
 
 def engine_option_check(factory: Any, options: dict[str, Any]) -> None:
     """Refuse ``RolloutConfig.engine_options`` the engine factory does not take, before the
-    model loads (the factory itself runs after it). A factory whose catch-all keyword
-    forwards options elsewhere (``**engine_options``) is left to check them itself; one
-    whose catch-all is ``**unused`` takes only its named options."""
+    model loads (the factory itself runs after it). A factory whose catch-all is
+    ``**unused`` takes only its named options; one whose catch-all forwards options
+    elsewhere (``**engine_options``) takes those its ``forwarded_options()`` names, or is
+    left to check them itself when it names none."""
     import inspect
 
     try:
@@ -679,10 +682,17 @@ def engine_option_check(factory: Any, options: dict[str, Any]) -> None:
     except (TypeError, ValueError):
         return
     rest = [p.name for p in params.values() if p.kind is p.VAR_KEYWORD]
+    forwarded: set[str] = set()
     if rest and rest[0] != "unused":
-        return
+        if not hasattr(factory, "forwarded_options"):
+            return
+        try:
+            forwarded = set(factory.forwarded_options())
+        except ImportError:  # the engine's packages are missing: it reports that itself
+            return
     passed = {"model_path", "tokenizer", "weights", "seed"}  # the trainer's own arguments
     known = [n for n, p in params.items() if p.kind is not p.VAR_KEYWORD and n not in passed]
+    known += sorted(forwarded - set(known))
     unknown = sorted(set(options) - set(known))
     if unknown:
         import difflib

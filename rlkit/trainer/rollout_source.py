@@ -24,6 +24,21 @@ from rlkit.trainer.timing import PhaseTimer
 EngineMetrics = tuple[tuple[str, ...], tuple[str, ...]]
 
 
+class NoUpdateError(RuntimeError):
+    """Group filtering kept no group in any step of a run: nothing was trained."""
+
+
+def no_update_error(config: Any) -> NoUpdateError:
+    """Why a run whose every step was skipped (DAPO's group filter kept nothing) failed."""
+    a = config.algorithm
+    return NoUpdateError(
+        f"no step of the run updated the model: every group had the same {a.filter_metric} "
+        f"in each of AlgorithmConfig.max_num_gen_batches = {a.max_num_gen_batches} generation "
+        f"rounds of every step (the prompts are too easy or too hard for the model); raise "
+        f"max_num_gen_batches or DataConfig.gen_batch_size, or use other data"
+    )
+
+
 class RolloutSource:
     """Scored rollouts of the training prompts, with DAPO's dynamic sampling and ReMax's
     greedy baselines where the algorithm asks for them.

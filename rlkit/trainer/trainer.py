@@ -40,7 +40,7 @@ from rlkit.trainer.frozen_heap import frozen_heap
 from rlkit.trainer.logprob_guard import LogProbGuard, lowest_precision
 from rlkit.trainer.prompts import PromptSampler
 from rlkit.trainer.roles import Role, RoleContext
-from rlkit.trainer.rollout_source import RolloutSource
+from rlkit.trainer.rollout_source import RolloutSource, no_update_error
 from rlkit.trainer.step_metrics import batch_metrics
 from rlkit.trainer.timing import PhaseTimer
 from rlkit.trainer.updater import Updater
@@ -264,6 +264,7 @@ class RLTrainer:
                 "total_steps to continue it, or choose another TrainerConfig.output_dir.",
                 stacklevel=3,  # the caller of train()
             )
+        ran: list[dict[str, float]] = []
         while self.step_count < t.total_steps:
             metrics = self.step()
             if self.is_main:
@@ -285,9 +286,12 @@ class RLTrainer:
             metrics["timing_s/save_checkpoint"] = save_s
             self._log(metrics, self.step_count)
             self.metrics_history.append(metrics)
+            ran.append(metrics)
             if t.export_freq and self.step_count % t.export_freq == 0:
                 export_dir = self.out_dir / "hf_exports" / f"global_step_{self.step_count}"
                 self.weights.save_pretrained(str(export_dir))
+        if ran and all(m.get("train/skipped_step") for m in ran):
+            raise no_update_error(self.cfg)
         if t.export_hf_at_end:
             self.weights.save_pretrained(str(self.out_dir / "hf_model"))
         if self.is_main and t.plot_learning_curve and (self.out_dir / "metrics.jsonl").exists():

@@ -118,3 +118,18 @@ def make_sglang_engine(
         extra_stop_token_ids=stops,
         **engine_options,
     )
+
+
+def _forwarded_options() -> set[str]:
+    """The ``engine_options`` that ``**engine_options`` takes on to the engine (checked
+    with the configuration, before a model loads)."""
+    import inspect
+
+    from rlkit.rollout.sglang.engine import SGLangEngine
+
+    own = {"self", "server", "num_servers", "urls", "router_url"}  # the factory sets these
+    params = inspect.signature(SGLangEngine.__init__).parameters
+    return {name for name in params if name not in own} | {"extra_eos_token_ids"}
+
+
+make_sglang_engine.forwarded_options = _forwarded_options  # type: ignore[attr-defined]
