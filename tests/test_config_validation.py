@@ -206,3 +206,34 @@ def test_from_gin_checks_the_fields_before_a_model_builder_runs(tmp_path):
     assert "RolloutConfig.max_response_length must be >= 1, got -1" in str(info.value)
     assert "ModelConfig.dtype must be float32|bfloat16|float16, got 'float8'" in str(info.value)
     assert not (tmp_path / "m").exists()  # the demo's warm-up model was not built
+
+
+def test_one_step_off_with_the_embedded_engine_names_the_engines_that_can_run_ahead():
+    cfg = valid_config()
+    cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="one_step_off")
+    with pytest.raises(ValueError) as info:
+        cfg.validate()  # the default engine, 'hf', samples from the trainer's own module
+    text = str(info.value)
+    assert "TrainerConfig.rollout_mode = 'one_step_off'" in text
+    assert "RolloutConfig.engine = 'hf'" in text
+    assert "(sglang)" in text and "rollout_mode = 'sync'" in text
+
+
+def test_one_step_off_in_a_launch_of_several_processes_is_refused(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cfg = valid_config()
+    cfg.rollout = dataclasses.replace(cfg.rollout, engine="sglang")
+    cfg.data = dataclasses.replace(cfg.data, reward_workers=1)
+    cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="one_step_off")
+    with pytest.raises(ValueError, match="runs in one process; this launch has WORLD_SIZE=2"):
+        cfg.validate()
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    cfg.validate()  # one process with a server engine is valid
+
+
+def test_one_step_off_asks_for_reward_workers_since_its_rollout_thread_has_no_time_limits():
+    cfg = valid_config()
+    cfg.rollout = dataclasses.replace(cfg.rollout, engine="sglang")
+    cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="one_step_off")
+    with pytest.raises(ValueError, match=r"set DataConfig.reward_workers >= 1"):
+        cfg.validate()

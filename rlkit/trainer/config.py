@@ -12,6 +12,7 @@ in :class:`AlgorithmConfig`; adding an algorithm never needs a trainer change.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -350,6 +351,11 @@ class TrainerConfig:
     """A resumed checkpoint whose files no longer match their saved checksums: ``fallback``
     (warn, naming it, and resume from the newest intact one) or ``stop`` (a user error)."""
     seed: int = 0
+    rollout_mode: str = "sync"
+    """sync (generate, then train) | one_step_off (the next step's batch is generated
+    while this one trains, from weights one step older: :mod:`rlkit.trainer.rollout_ahead`).
+    one_step_off needs an engine with its own copy of the weights (``sglang``), one
+    process, and ``DataConfig.reward_workers >= 1``."""
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
     mixed_precision: str = "no"
@@ -479,6 +485,7 @@ class ExperimentConfig:
         problems += self._reward_model_problems()
         problems += self._prime_problems()
         problems += self._model_family_problems()
+        problems += rollout_mode_problems(self.trainer.rollout_mode, r.engine, self.data)
         if problems:
             raise ValueError(format_problems(problems))
 
@@ -547,6 +554,42 @@ class ExperimentConfig:
             except FileNotFoundError as exc:
                 problems.append(f"PrimeConfig.model_path: {exc}")
         return problems
+
+
+def rollout_mode_problems(mode: str, engine: str, data: DataConfig) -> list[str]:
+    """``one_step_off`` generates and scores while the actor trains: it needs an engine
+    that samples from its own copy of the weights, one process (the rollout thread
+    gathers nothing), and reward worker processes (time limits by ``SIGALRM`` need the
+    main thread)."""
+    if mode != "one_step_off":
+        return []
+    from rlkit.registry import ROLLOUT_ENGINES, UnknownNameError
+
+    problems = []
+    try:
+        entry = ROLLOUT_ENGINES.entry(engine)
+    except UnknownNameError:
+        return []  # reported with the engine's own check
+    if not entry.extra.get("holds_own_weights"):
+        able = [e.name for e in ROLLOUT_ENGINES.describe() if e.extra.get("holds_own_weights")]
+        problems.append(
+            f"TrainerConfig.rollout_mode = 'one_step_off' generates the next batch while the "
+            f"actor trains, but RolloutConfig.engine = {engine!r} samples from the trainer's "
+            f"own weights; use an engine with its own copy ({', '.join(able)}), or "
+            f"rollout_mode = 'sync'"
+        )
+    if data.reward_workers == 0:
+        problems.append(
+            "TrainerConfig.rollout_mode = 'one_step_off' scores rewards in its rollout "
+            "thread, where the in-process reward time limits cannot run: set "
+            "DataConfig.reward_workers >= 1 (worker processes, whose hung calls are killed)"
+        )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        problems.append(
+            "TrainerConfig.rollout_mode = 'one_step_off' runs in one process; this launch has "
+            f"WORLD_SIZE={os.environ['WORLD_SIZE']}: use rollout_mode = 'sync' with several"
+        )
+    return problems
 
 
 def reward_reads_reward_model(reward: str, options: dict[str, Any]) -> bool | None:
@@ -935,6 +978,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "resume_mode": ResumeMode(),
         "on_corrupt_checkpoint": Choice(("fallback", "stop")),
         "seed": Number(integer=True),
+        "rollout_mode": Choice(("sync", "one_step_off")),
         "backend_strategy": Choice(("auto", "fsdp2", "none")),
         "mixed_precision": Choice(("no", "bf16", "fp16")),
         "num_threads": Number(integer=True, ge=1, optional=True),

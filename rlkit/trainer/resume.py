@@ -54,7 +54,7 @@ def save(trainer: Any, record: dict[str, float] | None) -> Path:
     state = {
         "record": None if record is None else dict(record),
         "step": trainer.step_count,
-        "sampler": trainer.sampler.state_dict(),
+        "sampler": trainer.rollout.sampler_state(),
         "kl_ctrl": trainer.algorithm.kl_ctrl.state_dict(),
         "roles": {name: role.state_dict() for name, role in trainer.roles.items()},
     }

@@ -84,7 +84,22 @@ class RolloutSource:
         self.gauges: dict[str, float] = {}
         """The engine's server states after the main process's latest rollout."""
         self.num_skipped_rows = 0  # malformed training rows dropped at load (on_error)
+        self.engine_version = weights.version
+        """The weights version the engine samples from (recorded on every token)."""
         self._undeclared: set[str] = set()
+
+    def sync_weights(self) -> dict[str, float]:
+        """Give the engine the trainer's current weights; the engine's metrics."""
+        synced = self.engine.sync_weights(self.weights)
+        self.engine_version = self.weights.version
+        return synced
+
+    def sampler_state(self) -> dict[str, Any]:
+        """The prompt sampler's position, as a checkpoint keeps it."""
+        return self.sampler.state_dict()
+
+    def close(self) -> None:
+        """Nothing to stop: every rollout of this source ran in the caller's thread."""
 
     def sampling(self, *, validation: bool = False, greedy: bool = False) -> SamplingParams:
         """Training sampling, validation's (``val_n``, ``val_temperature``, ``val_top_p``,
@@ -175,7 +190,7 @@ class RolloutSource:
                     params,
                     tokenizer=self.tokenizer,
                     config=self.agent,
-                    policy_version=self.weights.version,
+                    policy_version=self.engine_version,
                 )
             # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
             groups = [self.rank * per + t.prompt_index for t in trajectories]

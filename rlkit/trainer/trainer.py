@@ -40,6 +40,7 @@ from rlkit.trainer.frozen_heap import frozen_heap
 from rlkit.trainer.logprob_guard import LogProbGuard, lowest_precision
 from rlkit.trainer.prompts import PromptSampler
 from rlkit.trainer.roles import Role, RoleContext
+from rlkit.trainer.rollout_ahead import RolloutAhead
 from rlkit.trainer.rollout_source import RolloutSource, no_update_error
 from rlkit.trainer.step_metrics import batch_metrics
 from rlkit.trainer.timing import PhaseTimer
@@ -112,6 +113,8 @@ class RLTrainer:
             (self.rank, self.world),
         )
         self.rollout.num_skipped_rows = self.num_skipped_rows.get("train", 0)
+        if cfg.trainer.rollout_mode == "one_step_off":
+            self.rollout = RolloutAhead(self.rollout, cfg.trainer.total_steps)
         r = cfg.rollout
         dtypes = [cfg.model.dtype, cfg.trainer.mixed_precision, r.engine_options.get("dtype")]
         self.logprob_guard = LogProbGuard(
@@ -209,7 +212,7 @@ class RLTrainer:
         if path is None:
             return None
         self.checkpoint_record = resume.restore(self, path)
-        self.engine.sync_weights(self.weights)  # an external engine has the initial weights
+        self.rollout.sync_weights()  # an external engine has the initial weights
         return str(path)
 
     def _open_logger(self) -> None:
@@ -320,8 +323,8 @@ class RLTrainer:
             ):
                 with timer(role.update_phase or f"{name}_update"):
                     metrics |= role.update(batch)
-            with timer("weight_sync"):
-                synced = self.engine.sync_weights(self.weights)
+            with timer("weight_sync"):  # one_step_off: at the next batch, see RolloutAhead
+                synced = self.rollout.sync_weights()
                 metrics |= {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
         self.step_count += 1
         shares = self.updater.shares(batch)
@@ -361,9 +364,12 @@ class RLTrainer:
     def cleanup(self, *, finished: bool = True) -> None:
         """Close the engine, the logger and the backend (``finished=False`` after an error:
         the processes then skip the closing barrier, see ``TrainingBackend.close``)."""
+        rollout = getattr(self, "rollout", None)
         engine = getattr(self, "engine", None)
         if engine is not None:
-            engine.close()
+            engine.close()  # first: it ends a generation running ahead
+        if rollout is not None:
+            rollout.close()
         if self.logger is not None:
             self.logger.close()
         backend = getattr(self, "backend", None)

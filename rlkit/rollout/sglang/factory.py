@@ -19,6 +19,7 @@ CPU_MAX_TOTAL_TOKENS = 16384
 @ROLLOUT_ENGINES.register(
     "sglang",
     summary="SGLang servers (started, attached by URL, or behind sglang-router)",
+    holds_own_weights=True,  # samples while the trainer updates (rollout_mode one_step_off)
 )
 def make_sglang_engine(
     *,

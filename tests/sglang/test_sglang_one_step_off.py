@@ -1,0 +1,127 @@
+"""``TrainerConfig.rollout_mode = "one_step_off"`` on a real SGLang server: each batch is
+generated while the previous one trains, one weight version behind, and a run resumed
+from a checkpoint taken with a batch in flight trains the same prompts as the run that
+went on."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.trainer.trainer import RLTrainer
+from tests.experiment_factory import small_experiment
+from tests.sglang.conftest import CPU_SERVER, require_sglang
+
+pytestmark = [pytest.mark.sglang, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def server_url(demo_model_dir, tmp_path_factory):
+    """One CPU SGLang server serving the demo model; the runs attach to it by URL."""
+    require_sglang()
+    from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
+
+    engine = ROLLOUT_ENGINES.get("sglang")(
+        model_path=str(demo_model_dir),
+        seed=0,
+        num_servers=1,
+        log_dir=str(tmp_path_factory.mktemp("one_step_off_server")),
+        **CPU_SERVER,
+    )
+    try:
+        yield engine.sync_endpoints[0].url
+    finally:
+        engine.close()
+
+
+def one_step_off_run(model_dir, out_dir, url, **trainer):
+    cfg = small_experiment(
+        model_dir,
+        out_dir,
+        # Rewards that vary within a group (response lengths), so every update moves the
+        # weights; scored in a worker process, as one_step_off requires.
+        data={
+            "reward": "length_penalty",
+            "reward_options": {"max_response_length": 6},
+            "reward_workers": 1,
+        },
+        rollout={
+            "engine": "sglang",
+            "engine_options": {"num_servers": 0, "urls": [url], "device": "cpu"},
+        },
+        # One optimizer step per step (one mini-batch of the 4 groups): a batch one step
+        # behind is one weight version behind. The rollout correction makes the trainer
+        # recompute the old log-probs and weight each token by pi_old / pi_rollout.
+        algorithm={"use_kl_loss": False, "rollout_is_level": "token"},
+        optim={"lr": 1e-3, "ppo_mini_batch_size": 4, "micro_batch_size": 8},
+        trainer={"rollout_mode": "one_step_off", "save_at_end": False, **trainer},
+    )
+    trainer_ = RLTrainer(cfg)
+    trainer_.setup()
+    trained: list[set[tuple[int, ...]]] = []  # the prompts of each step's update
+    actor = trainer_.roles["actor"]
+    update = actor.update
+
+    def recording_update(batch):
+        trained.append(prompts_of(batch))
+        return update(batch)
+
+    actor.update = recording_update
+    return trainer_, trained
+
+
+def train(trainer) -> list[dict[str, float]]:
+    try:
+        history = trainer.train()
+    except BaseException:
+        trainer.cleanup(finished=False)
+        raise
+    trainer.cleanup()
+    return history
+
+
+def prompts_of(batch) -> set[tuple[int, ...]]:
+    """The distinct prompts (token ids, left padding removed) of a batch."""
+    ids = batch.input_ids[:, : batch.prompt_width]
+    return {tuple(row[-int(n) :].tolist()) for row, n in zip(ids, batch.prompt_lengths)}
+
+
+def test_one_step_off_trains_each_batch_one_version_behind_and_resumes_the_batch_in_flight(
+    demo_model_dir, server_url, tmp_path
+):
+    trainer, trained = one_step_off_run(
+        demo_model_dir, tmp_path / "a", server_url, total_steps=4, save_freq=2
+    )
+    history = train(trainer)
+    assert len(history) == len(trained) == 4
+    # The first batch is generated before any update; every later one while the previous
+    # step trained, from the weights before that update: one version behind.
+    assert history[0]["async/staleness/max"] == 0.0
+    for metrics in history[1:]:
+        assert metrics["async/staleness/mean"] == metrics["async/staleness/max"] == 1.0
+        assert metrics["timing_s/wait_for_rollout"] >= 0.0
+        assert math.isfinite(metrics["actor/pg_loss"])
+    # Same weights at step 1: server and trainer agree (float32); later the lag shows.
+    assert history[0]["rollout/logprob_abs_diff_mean"] < 1e-3
+    assert all(m["rollout/logprob_abs_diff_mean"] > 1e-5 for m in history[1:])
+    # Each sync reached the server and was verified against the trainer's weights.
+    assert history[-1]["weight_sync/logprob_max_abs_diff"] < 1e-3
+    # 4 distinct prompts per step, none trained twice in the epoch (32 prompts).
+    assert all(len(p) == 4 for p in trained)
+    assert len(set().union(*trained)) == 16
+
+    # Resume from the checkpoint of step 2, saved while batch 3 was being generated: the
+    # resumed run generates batch 3 again, from the same prompts, then goes on as run a did.
+    checkpoint = tmp_path / "a" / "checkpoints" / "global_step_2"
+    resumed, trained_after = one_step_off_run(
+        demo_model_dir, tmp_path / "b", server_url, total_steps=4, resume_mode=str(checkpoint)
+    )
+    after = train(resumed)
+    assert resumed.step_count == 4 and len(after) == 2
+    assert trained_after == trained[2:]
+    assert after[0]["async/staleness/max"] == 0.0  # generated from the checkpoint's weights
+    assert after[1]["async/staleness/max"] == 1.0
+    assert torch.isfinite(torch.tensor([m["actor/pg_loss"] for m in after])).all()
