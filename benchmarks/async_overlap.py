@@ -6,8 +6,8 @@ modes alternating round by round so that drifting machine load hits both alike. 
 2-core machine each side has a core: in ``sync`` each waits for the other; in
 ``one_step_off`` the server generates the next batch while the trainer updates.
 
-    .venv/bin/python benchmarks/async_overlap.py                  # about 6 minutes, 2 cores
-    .venv/bin/python benchmarks/async_overlap.py --hidden-size 256 --layers 4 --steps 8
+    .venv/bin/python benchmarks/async_overlap.py              # about 3 minutes on 2 cores
+    .venv/bin/python benchmarks/async_overlap.py --hidden-size 128 --steps 6 --rounds 2
 
 Per mode (medians over the steps after ``--warmup``, over all rounds): seconds per step,
 tokens/s (prompt + response tokens of the batch / step seconds), the share of the step
@@ -40,14 +40,16 @@ MODES = ("sync", "one_step_off")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--hidden-size", type=int, default=128)
+    p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--prompts", type=int, default=8, help="prompts per step")
     p.add_argument("--n", type=int, default=4, help="responses per prompt")
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2, help="first steps left out of the medians")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--model", help="a model directory (default: a random Qwen2 built here)")
+    p.add_argument("--url", help="attach to this server, serving --model (default: start one)")
     return p.parse_args(argv)
 
 
@@ -83,7 +85,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_dir: Path, url: str, out
     cfg = small_experiment(
         model_dir,
         out,
-        data={"train_batch_size": args.prompts, "max_prompt_length": 16, "reward_workers": 1},
+        data={"train_batch_size": args.prompts, "max_prompt_length": 64, "reward_workers": 1},
         rollout={
             "engine": "sglang",
             "engine_options": {"num_servers": 0, "urls": [url], "device": "cpu"},
@@ -124,37 +126,51 @@ def summarize(history: list[dict[str, float]], warmup: int) -> dict[str, list[fl
     return out
 
 
+def random_model(args: argparse.Namespace, root: Path) -> Path:
+    return build_tiny_qwen2(
+        root / "model",
+        train_byte_tokenizer(),
+        seed=0,
+        hidden_size=args.hidden_size,
+        num_layers=args.layers,
+        intermediate_size=3 * args.hidden_size,
+    )
+
+
+def compare(
+    args: argparse.Namespace, model_dir: Path, url: str, root: Path
+) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """Every round runs both modes (alternating which goes first); the per-step numbers of
+    each mode, and the tokens/s ratio one_step_off / sync of each round."""
+    per_mode: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
+    ratios = []
+    for r in range(args.rounds):
+        tps = {}
+        for mode in MODES if r % 2 == 0 else MODES[::-1]:
+            history = run_mode(args, mode, model_dir, url, root / f"{mode}_{r}")
+            s = summarize(history, args.warmup)
+            for k, v in s.items():
+                per_mode[mode].setdefault(k, []).extend(v)
+            tps[mode] = statistics.median(s["tokens_per_s"])
+            print(f"round {r + 1} {mode}: {tps[mode]:,.0f} tokens/s", flush=True)
+        ratios.append(tps["one_step_off"] / tps["sync"])
+    return per_mode, ratios
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="rlkit_async_") as tmp:
         root = Path(tmp)
-        model_dir = build_tiny_qwen2(
-            root / "model",
-            train_byte_tokenizer(),
-            seed=0,
-            hidden_size=args.hidden_size,
-            num_layers=args.layers,
-            intermediate_size=3 * args.hidden_size,
-        )
-        engine = start_server(model_dir, root / "server")
+        model_dir = Path(args.model) if args.model else random_model(args, root)
+        engine = None if args.url else start_server(model_dir, root / "server")
         try:
-            url = engine.sync_endpoints[0].url
-            per_mode: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-            ratios = []
-            for r in range(args.rounds):
-                tps = {}
-                for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                    history = run_mode(args, mode, model_dir, url, root / f"{mode}_{r}")
-                    s = summarize(history, args.warmup)
-                    for k, v in s.items():
-                        per_mode[mode].setdefault(k, []).extend(v)
-                    tps[mode] = statistics.median(s["tokens_per_s"])
-                    print(f"round {r + 1} {mode}: {tps[mode]:,.0f} tokens/s", flush=True)
-                ratios.append(tps["one_step_off"] / tps["sync"])
+            url = args.url or engine.sync_endpoints[0].url
+            per_mode, ratios = compare(args, model_dir, url, root)
         finally:
-            engine.close()
+            if engine is not None:
+                engine.close()
     print(
-        f"\n{cpu_name()}; model hidden {args.hidden_size} x {args.layers} layers; "
+        f"\n{cpu_name()}; model {args.model or f'hidden {args.hidden_size} x {args.layers} layers'}; "
         f"{args.prompts} prompts x {args.n} responses x {args.new_tokens} new tokens per step; "
         f"{args.steps} steps ({args.warmup} warm-up) x {args.rounds} rounds\n"
     )

@@ -12,6 +12,7 @@ import torch
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.trainer.trainer import RLTrainer
+from tests.benchmark_scripts import load_benchmark
 from tests.experiment_factory import small_experiment
 from tests.sglang.conftest import CPU_SERVER, require_sglang
 
@@ -37,7 +38,7 @@ def server_url(demo_model_dir, tmp_path_factory):
         engine.close()
 
 
-def one_step_off_run(model_dir, out_dir, url, **trainer):
+def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
     cfg = small_experiment(
         model_dir,
         out_dir,
@@ -55,12 +56,15 @@ def one_step_off_run(model_dir, out_dir, url, **trainer):
         # One optimizer step per step (one mini-batch of the 4 groups): a batch one step
         # behind is one weight version behind. The rollout correction makes the trainer
         # recompute the old log-probs and weight each token by pi_old / pi_rollout.
-        algorithm={"use_kl_loss": False, "rollout_is_level": "token"},
+        algorithm={"use_kl_loss": False, "rollout_is_level": "token", **(algorithm or {})},
         optim={"lr": 1e-3, "ppo_mini_batch_size": 4, "micro_batch_size": 8},
         trainer={"rollout_mode": "one_step_off", "save_at_end": False, **trainer},
     )
     trainer_ = RLTrainer(cfg)
     trainer_.setup()
+    # The module's runs share the server: give it this run's starting weights (a run
+    # syncs them itself only on resume, trusting a server it attaches to otherwise).
+    trainer_.rollout.sync_weights()
     trained: list[set[tuple[int, ...]]] = []  # the prompts of each step's update
     actor = trainer_.roles["actor"]
     update = actor.update
@@ -125,3 +129,39 @@ def test_one_step_off_trains_each_batch_one_version_behind_and_resumes_the_batch
     assert after[0]["async/staleness/max"] == 0.0  # generated from the checkpoint's weights
     assert after[1]["async/staleness/max"] == 1.0
     assert torch.isfinite(torch.tensor([m["actor/pg_loss"] for m in after])).all()
+
+
+def test_one_step_off_runs_dapo_group_filtering_in_the_rollout_thread(
+    demo_model_dir, server_url, tmp_path
+):
+    # DAPO's dynamic sampling draws and scores rounds until enough groups vary: in
+    # one_step_off those rounds run in the rollout thread, during the previous update.
+    dapo = {"filter_groups": True, "filter_metric": "score", "max_num_gen_batches": 3}
+    trainer, trained = one_step_off_run(
+        demo_model_dir, tmp_path / "dapo", server_url, algorithm=dapo, total_steps=3
+    )
+    history = train(trainer)
+    assert len(history) == 3
+    for metrics in history:
+        assert 1 <= metrics["train/num_gen_batches"] <= 3
+        assert 1 <= metrics["train/num_kept_groups"] <= 4  # varied groups only
+    assert [m["async/staleness/max"] for m in history] == [0.0, 1.0, 1.0]
+    # Every round drew fresh prompts: no prompt was trained twice.
+    assert sum(len(p) for p in trained) == len(set().union(*trained)) >= 3
+
+
+def test_the_overlap_benchmark_prints_both_modes_and_their_ratio(
+    demo_model_dir, server_url, capsys
+):
+    benchmark = load_benchmark("async_overlap.py")
+    argv = ["--model", str(demo_model_dir), "--url", server_url, "--prompts", "4"]
+    argv += ["--new-tokens", "6", "--steps", "2", "--warmup", "1", "--rounds", "1"]
+    assert benchmark.main(argv) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
+    assert {"sync", "one_step_off"} <= set(rows)
+    for mode in ("sync", "one_step_off"):
+        step_s, tokens_per_s = (float(c.replace(",", "")) for c in rows[mode].split("|")[2:4])
+        assert step_s > 0 and tokens_per_s > 0
+    (ratio,) = out.rsplit("one_step_off / sync tokens/s per round: ", 1)[1].split()
+    assert float(ratio) > 0
