@@ -171,18 +171,9 @@ def by_data_source(
 def default(
     response: str, ground_truth: str, *, data_source: str = "", **extra: Any
 ) -> float | dict[str, Any]:
-    """``DataConfig.reward``'s default: the scorer ``data_source`` names
-    (:func:`by_data_source`), or :data:`FALLBACK` for a source without one.
-
-    Args:
-        response: the model's response text.
-        ground_truth: the row's reference answer.
-        data_source: the row's data source.
-        **extra: the other per-row fields and ``DataConfig.reward_options``, passed on.
-
-    Returns:
-        What the chosen scorer returns.
-    """
+    """``DataConfig.reward``'s default: the scorer ``data_source`` names, or
+    :data:`FALLBACK` for a source without one; arguments and result as
+    :func:`by_data_source`'s."""
     return _score(scorer_for(data_source) or FALLBACK, response, ground_truth, data_source, extra)
 
 

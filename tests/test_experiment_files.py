@@ -95,3 +95,15 @@ def test_reward_model_demo_trains_on_the_reward_model_and_only_watches_the_verif
         for t in c.data.reward_options["terms"]
     }
     assert weights == {"reward_model": 1.0, "verifier": 0.0}
+
+
+def test_the_one_step_off_demo_validates_with_a_server_engine_and_reward_workers(
+    tiny_model_dir,
+):
+    parse_config(
+        [str(EXPERIMENTS / "demo_one_step_off.gin")], [f"ModelConfig.path = '{tiny_model_dir}'"]
+    )
+    config = ExperimentConfig.from_gin()
+    config.validate()  # one_step_off's own checks: an engine with its own weights, workers
+    assert config.trainer.rollout_mode == "one_step_off"
+    assert config.rollout.engine == "sglang" and config.data.reward_workers == 1

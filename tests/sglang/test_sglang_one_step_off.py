@@ -79,12 +79,9 @@ def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
 
 def train(trainer) -> list[dict[str, float]]:
     try:
-        history = trainer.train()
-    except BaseException:
-        trainer.cleanup(finished=False)
-        raise
-    trainer.cleanup()
-    return history
+        return trainer.train()
+    finally:
+        trainer.cleanup()  # stops the run's engine client; the module's server stays up
 
 
 def prompts_of(batch) -> set[tuple[int, ...]]:
