@@ -117,10 +117,6 @@ class RolloutAhead:
         self._sync_metrics |= self._sync()
         return self.source.generate(prompts, indices, params, timer)
 
-    @property
-    def gauges(self) -> dict[str, float]:
-        return self.source.gauges
-
     # ---------------------------------------------------------- internals
     def _sync(self) -> dict[str, float]:
         metrics, self._sync_metrics = self._sync_metrics, {}
