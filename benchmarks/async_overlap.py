@@ -19,7 +19,6 @@ the trainer spent waiting for generation (``sync``: ``timing_s/gen``; ``one_step
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,6 +29,7 @@ _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from benchmarks.host_cpu import cpu_name  # noqa: E402
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer  # noqa: E402
 from rlkit.registry import ROLLOUT_ENGINES  # noqa: E402
 from rlkit.trainer.trainer import RLTrainer  # noqa: E402
@@ -51,16 +51,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="a model directory (default: a random Qwen2 built here)")
     p.add_argument("--url", help="attach to this server, serving --model (default: start one)")
     return p.parse_args(argv)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def start_server(model_dir: Path, log_dir: Path) -> Any:

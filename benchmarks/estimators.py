@@ -23,7 +23,6 @@ the CPU's model name (``/proc/cpuinfo``).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ elif str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 import estimators  # noqa: E402
+from benchmarks.host_cpu import cpu_name  # noqa: E402
 from estimators import math_mode  # noqa: E402
 from estimators.reference import estimator_loops  # noqa: E402
 from rlkit.registry import ESTIMATORS  # noqa: E402
@@ -56,18 +56,6 @@ TARGET_RATIO = 10.0
 #: The least plain / fused ratio for which a fused path is worth keeping.
 KEEP_FUSED_RATIO = 1.2
 GROUP_SIZE = 8
-
-
-def cpu_name() -> str:
-    """The CPU's "model name" from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def parse_size(text: str) -> tuple[int, int]:

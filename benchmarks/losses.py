@@ -27,7 +27,6 @@ Prints one Markdown table per size, headed by the CPU's model name
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -41,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import algorithms  # noqa: E402
 from algorithms import math_mode  # noqa: E402
 from algorithms.reference import policy_loss_loops  # noqa: E402
+from benchmarks.host_cpu import cpu_name  # noqa: E402
 
 #: Loss-specific options (the defaults, spelt out).
 OPTIONS: dict[str, dict[str, object]] = {
@@ -51,18 +51,6 @@ OPTIONS: dict[str, dict[str, object]] = {
 LOOP_TOKENS = 256
 #: The least plain / fused ratio for which a fused path is worth keeping.
 KEEP_FUSED_RATIO = 1.2
-
-
-def cpu_name() -> str:
-    """The CPU's "model name" from /proc/cpuinfo (``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def parse_size(text: str) -> tuple[int, int]:
