@@ -113,18 +113,21 @@ def check_data_sources(
         logger.info(line)
         if os.environ.get("RANK", "0") == "0":  # one process of a launch says it
             print(line, flush=True)
-    if reward == "default":
-        _check_fallback_answers(sources, ground_truths)
+    fallback = {source for source in counts if scorer_for(source) is None}
+    if fallback:  # only reached with reward="default"
+        _check_fallback_answers(sources, ground_truths, fallback)
 
 
-def _check_fallback_answers(sources: Sequence[str], ground_truths: Sequence[str]) -> None:
+def _check_fallback_answers(
+    sources: Sequence[str], ground_truths: Sequence[str], fallback: set[str]
+) -> None:
     """The rows ``default`` scores by ``gsm8k`` must have numeric ground truths: a MATH
     answer like ``\\frac{1}{2}`` under an unknown ``data_source`` would otherwise stop the
     run at its first reward call, blaming the data."""
     from rewards.gsm8k import extract_answer, parse_number
 
     for source, truth in zip(sources, ground_truths, strict=False):
-        if scorer_for(source) is not None:
+        if source not in fallback:
             continue
         text = str(truth)
         if parse_number(text) is None and extract_answer(text, "strict") is None:

@@ -12,8 +12,9 @@ asks the source, and the order of events is::
 
 Every token of a trained batch therefore comes from the weights one step's updates older
 than the ones that train on it (the first batch: the same), which the step logs as
-``async/staleness/{mean,max}`` in weight versions (one per optimizer step). The recorded rollout log-probs make that lag correctable
-with the rollout corrections (``AlgorithmConfig.rollout_is_level``).
+``async/staleness/{mean,max}`` in weight versions (one per optimizer step). The recorded
+rollout log-probs make that lag correctable with the rollout corrections
+(``AlgorithmConfig.rollout_is_level``).
 
 What a stop keeps: a checkpoint records the prompt sampler's position *before* the batch
 in flight was drawn, so a resumed run generates that batch again, from the checkpoint's
@@ -122,8 +123,7 @@ class RolloutAhead:
         metrics, self._sync_metrics = self._sync_metrics, {}
         if self._sync_due:
             self._sync_due = False
-            synced = self.source.sync_weights()
-            metrics |= {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
+            metrics |= self.source.sync_weights()
         return metrics
 
     def _start(self, step: int) -> None:

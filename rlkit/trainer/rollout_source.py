@@ -89,10 +89,11 @@ class RolloutSource:
         self._undeclared: set[str] = set()
 
     def sync_weights(self) -> dict[str, float]:
-        """Give the engine the trainer's current weights; the engine's metrics."""
+        """Give the engine the trainer's current weights; the engine's metrics, less its own
+        ``timing_s/*`` (the caller times the sync as a phase of its step)."""
         synced = self.engine.sync_weights(self.weights)
         self.engine_version = self.weights.version
-        return synced
+        return {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
 
     def sampler_state(self) -> dict[str, Any]:
         """The prompt sampler's position, as a checkpoint keeps it."""

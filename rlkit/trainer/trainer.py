@@ -267,7 +267,7 @@ class RLTrainer:
                 "total_steps to continue it, or choose another TrainerConfig.output_dir.",
                 stacklevel=3,  # the caller of train()
             )
-        ran: list[dict[str, float]] = []
+        first = len(self.metrics_history)  # this call's steps follow
         while self.step_count < t.total_steps:
             metrics = self.step()
             if self.is_main:
@@ -289,10 +289,10 @@ class RLTrainer:
             metrics["timing_s/save_checkpoint"] = save_s
             self._log(metrics, self.step_count)
             self.metrics_history.append(metrics)
-            ran.append(metrics)
             if t.export_freq and self.step_count % t.export_freq == 0:
                 export_dir = self.out_dir / "hf_exports" / f"global_step_{self.step_count}"
                 self.weights.save_pretrained(str(export_dir))
+        ran = self.metrics_history[first:]
         if ran and all(m.get("train/skipped_step") for m in ran):
             raise no_update_error(self.cfg)
         if t.export_hf_at_end:
@@ -324,8 +324,7 @@ class RLTrainer:
                 with timer(role.update_phase or f"{name}_update"):
                     metrics |= role.update(batch)
             with timer("weight_sync"):  # one_step_off: at the next batch, see RolloutAhead
-                synced = self.rollout.sync_weights()
-                metrics |= {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
+                metrics |= self.rollout.sync_weights()
         self.step_count += 1
         shares = self.updater.shares(batch)
         actor = self.roles["actor"]
