@@ -237,3 +237,65 @@ def test_one_step_off_asks_for_reward_workers_since_its_rollout_thread_has_no_ti
     cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="one_step_off")
     with pytest.raises(ValueError, match=r"set DataConfig.reward_workers >= 1"):
         cfg.validate()
+
+
+def async_config(**trainer) -> ExperimentConfig:
+    """A valid config for ``rollout_mode = 'async'`` but for ``trainer``'s settings."""
+    cfg = valid_config()
+    cfg.rollout = dataclasses.replace(cfg.rollout, engine="sglang")
+    cfg.data = dataclasses.replace(cfg.data, reward_workers=1)
+    cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="async", **trainer)
+    return cfg
+
+
+def test_async_runs_two_steps_ahead_by_default_and_max_staleness_sets_how_far():
+    from rlkit.trainer.config import async_depth
+
+    def config(**trainer):
+        cfg = async_config(**trainer)
+        cfg.data = dataclasses.replace(cfg.data, train_batch_size=8)
+        cfg.optim = dataclasses.replace(cfg.optim, ppo_mini_batch_size=4, ppo_epochs=1)
+        cfg.validate()
+        return cfg
+
+    # u = ppo_epochs * ceil(train_batch_size / ppo_mini_batch_size) = 1 * ceil(8 / 4) = 2
+    assert optimizer_steps(config()) == 2
+    assert async_depth(config()) == (2, 4)  # None: two steps, 2 * u = 4 versions
+    assert async_depth(config(max_staleness=7)) == (3, 7)  # 7 // 2 = 3 steps ahead
+    assert async_depth(config(max_staleness=2)) == (1, 2)  # one step ahead, as one_step_off
+
+
+def test_async_with_a_staleness_bound_below_one_step_names_the_bound_it_needs():
+    cfg = async_config()
+    cfg.optim = dataclasses.replace(cfg.optim, ppo_epochs=2)  # u = 2 * ceil(batch / mini)
+    u = 2 * -(-cfg.data.train_batch_size // cfg.optim.ppo_mini_batch_size)
+    cfg.trainer = dataclasses.replace(cfg.trainer, max_staleness=u - 1)
+    with pytest.raises(ValueError) as info:
+        cfg.validate()
+    text = str(info.value)
+    assert f"TrainerConfig.max_staleness = {u - 1} is below the {u} optimizer steps" in text
+    assert f"set max_staleness >= {u} (one step ahead)" in text
+
+
+def test_negative_staleness_and_unknown_partial_rollout_policies_are_refused():
+    with pytest.raises(ValueError) as info:
+        async_config(max_staleness=-1, partial_rollout="pause").validate()
+    text = str(info.value)
+    assert "TrainerConfig.max_staleness must be" in text and "got -1" in text
+    assert "TrainerConfig.partial_rollout must be finish, got 'pause'" in text
+
+
+def test_async_refuses_dapo_refills_more_than_one_step_ahead_and_names_one_step_off():
+    cfg = async_config()
+    cfg.algorithm = dataclasses.replace(cfg.algorithm, filter_groups=True)
+    with pytest.raises(ValueError, match=r"use rollout_mode = 'one_step_off'"):
+        cfg.validate()
+    u = optimizer_steps(cfg)
+    cfg.trainer = dataclasses.replace(cfg.trainer, max_staleness=u)  # one step ahead
+    cfg.validate()
+
+
+def optimizer_steps(cfg: ExperimentConfig) -> int:
+    from rlkit.trainer.config import optimizer_steps_per_step
+
+    return optimizer_steps_per_step(cfg)

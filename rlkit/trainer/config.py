@@ -288,6 +288,7 @@ class AlgorithmConfig:
 
 
 OPTIMIZER_IMPLEMENTATIONS = ("torch", "fused", "foreach", "for_loop")
+ROLLOUT_MODES = ("sync", "one_step_off", "async")
 """``OptimConfig.optimizer_implementation`` values (rlkit.trainer.optimizer)."""
 
 
@@ -353,9 +354,19 @@ class TrainerConfig:
     seed: int = 0
     rollout_mode: str = "sync"
     """sync (generate, then train) | one_step_off (the next step's batch is generated
-    while this one trains, from weights one step older: :mod:`rlkit.trainer.rollout_ahead`).
-    one_step_off needs an engine with its own copy of the weights (``sglang``), one
-    process, and ``DataConfig.reward_workers >= 1``."""
+    while this one trains, from weights one step older) | async (the next steps' batches
+    are generated while this one trains, as far ahead as ``max_staleness`` allows):
+    :mod:`rlkit.trainer.rollout_ahead`. Both need an engine with its own copy of the
+    weights (``sglang``), one process, and ``DataConfig.reward_workers >= 1``."""
+    max_staleness: int | None = None
+    """``async``: how many weight versions (optimizer steps) behind the weights that train
+    on it a token may be; batches are generated ``max_staleness // u`` steps ahead, ``u``
+    the optimizer steps of one step (``ppo_epochs * ceil(train_batch_size /
+    ppo_mini_batch_size)``). None: ``2 * u`` (two steps ahead)."""
+    partial_rollout: str = "finish"
+    """``async``: what generation calls running when new weights arrive do. ``finish``:
+    they finish under the weights they started with (new calls wait for the sync), so
+    every token keeps the version that sampled it."""
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
     mixed_precision: str = "no"
@@ -485,7 +496,7 @@ class ExperimentConfig:
         problems += self._reward_model_problems()
         problems += self._prime_problems()
         problems += self._model_family_problems()
-        problems += rollout_mode_problems(self.trainer.rollout_mode, r.engine, self.data)
+        problems += rollout_mode_problems(self)
         if problems:
             raise ValueError(format_problems(problems))
 
@@ -556,38 +567,79 @@ class ExperimentConfig:
         return problems
 
 
-def rollout_mode_problems(mode: str, engine: str, data: DataConfig) -> list[str]:
-    """``one_step_off`` generates and scores while the actor trains: it needs an engine
-    that samples from its own copy of the weights, one process (the rollout thread
-    gathers nothing), and reward worker processes (time limits by ``SIGALRM`` need the
-    main thread)."""
-    if mode != "one_step_off":
+def rollout_mode_problems(config: ExperimentConfig) -> list[str]:
+    """``one_step_off`` and ``async`` generate and score while the actor trains: they need
+    an engine that samples from its own copy of the weights, one process (the rollout
+    threads gather nothing), and reward worker processes (time limits by ``SIGALRM`` need
+    the main thread). ``async`` also needs a ``max_staleness`` of at least one step's
+    optimizer steps, and draws no prompts outside step order (no DAPO refills)."""
+    mode, engine = config.trainer.rollout_mode, config.rollout.engine
+    if mode not in ROLLOUT_MODES[1:]:
         return []
     from rlkit.registry import ROLLOUT_ENGINES, UnknownNameError
 
+    setting = f"TrainerConfig.rollout_mode = {mode!r}"
     problems = []
     try:
         entry = ROLLOUT_ENGINES.entry(engine)
     except UnknownNameError:
-        return []  # reported with the engine's own check
-    if not entry.extra.get("holds_own_weights"):
+        entry = None  # reported with the engine's own check
+    if entry is not None and not entry.extra.get("holds_own_weights"):
         able = [e.name for e in ROLLOUT_ENGINES.describe() if e.extra.get("holds_own_weights")]
         problems.append(
-            f"TrainerConfig.rollout_mode = 'one_step_off' generates the next batch while the "
-            f"actor trains, but RolloutConfig.engine = {engine!r} samples from the trainer's "
-            f"own weights; use an engine with its own copy ({', '.join(able)}), or "
-            f"rollout_mode = 'sync'"
+            f"{setting} generates the next batch while the actor trains, but "
+            f"RolloutConfig.engine = {engine!r} samples from the trainer's own weights; use an "
+            f"engine with its own copy ({', '.join(able)}), or rollout_mode = 'sync'"
         )
-    if data.reward_workers == 0:
+    if config.data.reward_workers == 0:
         problems.append(
-            "TrainerConfig.rollout_mode = 'one_step_off' scores rewards in its rollout "
-            "thread, where the in-process reward time limits cannot run: set "
-            "DataConfig.reward_workers >= 1 (worker processes, whose hung calls are killed)"
+            f"{setting} scores rewards in its rollout threads, where the in-process reward "
+            "time limits cannot run: set DataConfig.reward_workers >= 1 (worker processes, "
+            "whose hung calls are killed)"
         )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         problems.append(
-            "TrainerConfig.rollout_mode = 'one_step_off' runs in one process; this launch has "
-            f"WORLD_SIZE={os.environ['WORLD_SIZE']}: use rollout_mode = 'sync' with several"
+            f"{setting} runs in one process; this launch has WORLD_SIZE="
+            f"{os.environ['WORLD_SIZE']}: use rollout_mode = 'sync' with several"
+        )
+    if mode == "async":
+        problems += _async_problems(config)
+    return problems
+
+
+def optimizer_steps_per_step(config: ExperimentConfig) -> int:
+    """The actor's optimizer steps in one RL step (weight versions a step adds):
+    ``ppo_epochs`` passes over ``ceil(train_batch_size / ppo_mini_batch_size)``
+    mini-batches."""
+    o = config.optim
+    return o.ppo_epochs * -(-config.data.train_batch_size // o.ppo_mini_batch_size)
+
+
+def async_depth(config: ExperimentConfig) -> tuple[int, int]:
+    """``(steps generated ahead, max_staleness)`` of an ``async`` run."""
+    per_step = optimizer_steps_per_step(config)
+    bound = config.trainer.max_staleness
+    bound = 2 * per_step if bound is None else bound
+    return bound // per_step, bound
+
+
+def _async_problems(config: ExperimentConfig) -> list[str]:
+    per_step = optimizer_steps_per_step(config)
+    depth, bound = async_depth(config)
+    problems = []
+    if depth < 1:
+        problems.append(
+            f"TrainerConfig.max_staleness = {bound} is below the {per_step} optimizer steps of "
+            f"one step (OptimConfig.ppo_epochs x train_batch_size / ppo_mini_batch_size), so "
+            f"rollout_mode = 'async' could not generate any batch ahead: set max_staleness "
+            f">= {per_step} (one step ahead) or {2 * per_step} (two), or rollout_mode = 'sync'"
+        )
+    if config.algorithm.filter_groups and depth > 1:
+        problems.append(
+            "rollout_mode = 'async' with AlgorithmConfig.filter_groups: DAPO's extra "
+            "generation rounds would draw prompts while later steps draw theirs, so a resume "
+            "could not tell which were trained; use rollout_mode = 'one_step_off', or "
+            f"max_staleness < {2 * per_step} (one step ahead)"
         )
     return problems
 
@@ -978,7 +1030,9 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "resume_mode": ResumeMode(),
         "on_corrupt_checkpoint": Choice(("fallback", "stop")),
         "seed": Number(integer=True),
-        "rollout_mode": Choice(("sync", "one_step_off")),
+        "rollout_mode": Choice(ROLLOUT_MODES),
+        "max_staleness": Number(integer=True, ge=0, optional=True),
+        "partial_rollout": Choice(("finish",)),
         "backend_strategy": Choice(("auto", "fsdp2", "none")),
         "mixed_precision": Choice(("no", "bf16", "fp16")),
         "num_threads": Number(integer=True, ge=1, optional=True),

@@ -10,7 +10,10 @@ process returns the same global batch.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlkit.distributed import collectives as comm
@@ -20,6 +23,7 @@ from rlkit.trainer.batch import TrainBatch
 from rlkit.trainer.prompts import PromptSampler, PromptSet
 from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
+from rlkit.trainer.weight_gate import WeightGate
 
 EngineMetrics = tuple[tuple[str, ...], tuple[str, ...]]
 
@@ -54,6 +58,10 @@ class RolloutSource:
         scorers: roles that score responses (a reward model).
         needs: the algorithm's :class:`~rlkit.trainer.algorithm.Needs`.
         report: prints a line on the main process.
+        world: ``(rank, world_size)``.
+        concurrent_prompts: 0 (one agent-loop call for all of a round's prompts) or how
+            many prompts' calls run at once, each as its own call (rollouts running ahead:
+            a weight sync then waits for the calls running, not for whole rounds).
     """
 
     def __init__(
@@ -70,6 +78,7 @@ class RolloutSource:
         needs: Any,
         report: Callable[[str], None],
         world: tuple[int, int],
+        concurrent_prompts: int = 0,
     ) -> None:
         self.cfg, self.engine, self.agent_loop, self.agent = config, engine, agent_loop, agent
         self.tokenizer, self.weights, self.prompts, self.sampler = (
@@ -84,23 +93,49 @@ class RolloutSource:
         self.gauges: dict[str, float] = {}
         """The engine's server states after the main process's latest rollout."""
         self.num_skipped_rows = 0  # malformed training rows dropped at load (on_error)
-        self.engine_version = weights.version
-        """The weights version the engine samples from (recorded on every token)."""
+        self.gate = WeightGate(weights.version)
+        """Orders generation calls and weight syncs; holds the engine's weights version."""
+        self.finished_samples: Counter[int] = Counter()
+        self._count_lock = threading.Lock()
+        """Responses generated per step, for steps whose batch is still being generated."""
+        self.concurrent_prompts = concurrent_prompts
+        self._calls = ThreadPoolExecutor(concurrent_prompts) if concurrent_prompts else None
         self._undeclared: set[str] = set()
 
+    @property
+    def engine_version(self) -> int:
+        """The weights version the engine samples from (recorded on every token)."""
+        return self.gate.version
+
     def sync_weights(self) -> dict[str, float]:
-        """Give the engine the trainer's current weights; the engine's metrics, less its own
-        ``timing_s/*`` (the caller times the sync as a phase of its step)."""
+        """Give the engine the trainer's current weights (once no generation call runs);
+        the engine's metrics, less its own ``timing_s/*`` (the caller times the sync)."""
+        with self.gate.syncing(self.weights.version):
+            return self.push_weights()
+
+    def push_weights(self) -> dict[str, float]:
+        """The engine's part of :meth:`sync_weights`, for a caller that holds the gate."""
         synced = self.engine.sync_weights(self.weights)
-        self.engine_version = self.weights.version
         return {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
+
+    def finished_for(self, steps: set[int], *, forget: int | None = None) -> int:
+        """Responses generated so far for ``steps`` (after dropping the count of step
+        ``forget``, whose batch was taken)."""
+        with self._count_lock:
+            self.finished_samples.pop(forget, None)
+            return sum(n for s, n in self.finished_samples.items() if s in steps)
+
+    def before_update(self) -> None:
+        """Nothing to wait for: syncs run in the caller's thread."""
 
     def sampler_state(self) -> dict[str, Any]:
         """The prompt sampler's position, as a checkpoint keeps it."""
         return self.sampler.state_dict()
 
     def close(self) -> None:
-        """Nothing to stop: every rollout of this source ran in the caller's thread."""
+        """Stop the threads of per-prompt calls (their engine is closed by then)."""
+        if self._calls is not None:
+            self._calls.shutdown(wait=False, cancel_futures=True)
 
     def sampling(self, *, validation: bool = False, greedy: bool = False) -> SamplingParams:
         """Training sampling, validation's (``val_n``, ``val_temperature``, ``val_top_p``,
@@ -125,21 +160,32 @@ class RolloutSource:
             n=r.n,
         )
 
-    def next_batch(self, step: int, timer: PhaseTimer) -> tuple[TrainBatch | None, dict]:
+    def draw(self) -> list[int]:
+        """The next round's prompt indices: ``train_batch_size``, or DAPO's
+        ``gen_batch_size``, which trains on the first ``train_batch_size`` groups kept."""
+        size = self.cfg.data.train_batch_size
+        if self.cfg.algorithm.filter_groups:
+            size = self.cfg.data.gen_batch_size or size
+        return self.sampler.next(size)
+
+    def next_batch(
+        self, step: int, timer: PhaseTimer, drawn: list[int] | None = None
+    ) -> tuple[TrainBatch | None, dict]:
         """The step's global batch of ``train_batch_size`` prompt groups and its rollout
-        metrics; ``None`` when group filtering kept no group (the update is skipped)."""
+        metrics; ``None`` when group filtering kept no group (the update is skipped).
+        ``drawn``: the first round's prompts, when the caller drew them (:meth:`draw`)."""
         a, size = self.cfg.algorithm, self.cfg.data.train_batch_size
-        # DAPO draws gen_batch_size prompts per round and trains on the first `size` kept.
-        draw = (self.cfg.data.gen_batch_size or size) if a.filter_groups else size
         self.step = step
         kept: list[ScoredRollout] = []
         num_groups = num_gen = 0
         while True:  # DAPO: draw again until enough groups with varied outcomes
             num_gen += 1
-            indices = self.sampler.next(draw)
-            scored = self.generate(self.prompts, indices, self.sampling(), timer)
+            indices, drawn = drawn if drawn is not None else self.draw(), None
+            scored = self.generate(self.prompts, indices, self.sampling(), timer, step=step)
             if self.needs.greedy_baseline:  # ReMax
-                greedy = self.generate(self.prompts, indices, self.sampling(greedy=True), timer)
+                greedy = self.generate(
+                    self.prompts, indices, self.sampling(greedy=True), timer, step=step
+                )
                 scored.attach_baselines(greedy)
             if a.filter_groups:
                 scored = scored.keep_varied_groups(a.filter_metric)
@@ -168,9 +214,16 @@ class RolloutSource:
         return rollout.to_batch(pad_token_id=self.tokenizer.pad_token_id), metrics
 
     def generate(
-        self, prompts: PromptSet, indices: list[int], params: SamplingParams, timer: PhaseTimer
+        self,
+        prompts: PromptSet,
+        indices: list[int],
+        params: SamplingParams,
+        timer: PhaseTimer,
+        *,
+        step: int | None = None,
     ) -> ScoredRollout:
-        """Generate for this process's share of ``indices``; the global scored rollout."""
+        """Generate for this process's share of ``indices``; the global scored rollout.
+        ``step``: the training step it is for (counted in :attr:`finished_samples`)."""
         with timer("gen"):
             per = -(-len(indices) // self.world)
             mine = indices[self.rank * per : (self.rank + 1) * per]
@@ -185,14 +238,7 @@ class RolloutSource:
                 for i in mine
             ]
             with timer("generate_sequences"):  # the agent loop and engine alone
-                trajectories, engine_metrics = self.agent_loop(
-                    self.engine,
-                    requests,
-                    params,
-                    tokenizer=self.tokenizer,
-                    config=self.agent,
-                    policy_version=self.engine_version,
-                )
+                trajectories, engine_metrics = self._run_agent_loop(requests, params, step)
             # Group id = the prompt's position in this draw; prompt_index -> the PromptSet.
             groups = [self.rank * per + t.prompt_index for t in trajectories]
             for traj in trajectories:
@@ -213,6 +259,41 @@ class RolloutSource:
         scored.metrics |= counters  # they add up over processes and rounds, as rewards do
         self._note_gauges(gauges)
         return ScoredRollout.concat(comm.gather_objects(scored))
+
+    def _run_agent_loop(
+        self, requests: list[AgentRequest], params: SamplingParams, step: int | None
+    ) -> tuple[list[Any], dict[str, float]]:
+        """The agent loop over ``requests``: one call, or one call per prompt with
+        ``concurrent_prompts`` running at once. Each call samples from one weights version,
+        which its trajectories record."""
+
+        def call(part: list[AgentRequest]) -> tuple[list[Any], dict[str, float]]:
+            with self.gate.generating() as version:
+                out = self.agent_loop(
+                    self.engine,
+                    part,
+                    params,
+                    tokenizer=self.tokenizer,
+                    config=self.agent,
+                    policy_version=version,
+                )
+            if step is not None:
+                with self._count_lock:
+                    self.finished_samples[step] += len(out[0])
+            return out
+
+        if self._calls is None or len(requests) <= 1:
+            return call(requests)
+        results = list(self._calls.map(call, [[r] for r in requests]))
+        trajectories, metrics = [], {}
+        for position, (part, part_metrics) in enumerate(results):
+            for traj in part:
+                traj.prompt_index = position  # the prompt's place among `requests`
+            trajectories += part
+            for name, value in part_metrics.items():  # counters add up; gauges: the last
+                add = name in self.engine.counters
+                metrics[name] = metrics.get(name, 0.0) + value if add else value
+        return trajectories, metrics
 
     def _engine_metrics(self, metrics: dict[str, float]) -> tuple[dict, dict]:
         """The engine's counters and gauges, as it declares them; a name it reports

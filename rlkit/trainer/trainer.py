@@ -35,7 +35,7 @@ from rlkit.rollout.agent_loop import agent_config
 from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
-from rlkit.trainer.config import ExperimentConfig
+from rlkit.trainer.config import ExperimentConfig, async_depth
 from rlkit.trainer.frozen_heap import frozen_heap
 from rlkit.trainer.logprob_guard import LogProbGuard, lowest_precision
 from rlkit.trainer.prompts import PromptSampler
@@ -111,10 +111,15 @@ class RLTrainer:
             self.algorithm.needs,
             self._print,
             (self.rank, self.world),
+            # async: each prompt its own call, so a sync waits for calls, not whole steps
+            concurrent_prompts=cfg.data.train_batch_size * (cfg.trainer.rollout_mode == "async"),
         )
         self.rollout.num_skipped_rows = self.num_skipped_rows.get("train", 0)
         if cfg.trainer.rollout_mode == "one_step_off":
             self.rollout = RolloutAhead(self.rollout, cfg.trainer.total_steps)
+        elif cfg.trainer.rollout_mode == "async":
+            depth, bound = async_depth(cfg)
+            self.rollout = RolloutAhead(self.rollout, cfg.trainer.total_steps, depth, bound)
         r = cfg.rollout
         dtypes = [cfg.model.dtype, cfg.trainer.mixed_precision, r.engine_options.get("dtype")]
         self.logprob_guard = LogProbGuard(
@@ -318,6 +323,7 @@ class RLTrainer:
                         metrics |= role.forward(batch)
             with timer("adv"):
                 metrics |= self.algorithm.compute_advantages(batch)
+            self.rollout.before_update()  # rollouts ahead: a sync may be reading the weights
             for name, role in sorted(
                 _having(self.roles, "update"), key=lambda r: r[1].update_order
             ):

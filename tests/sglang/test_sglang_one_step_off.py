@@ -39,6 +39,7 @@ def server_url(demo_model_dir, tmp_path_factory):
 
 
 def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
+    trainer = {"rollout_mode": "one_step_off", **trainer}
     cfg = small_experiment(
         model_dir,
         out_dir,
@@ -58,7 +59,7 @@ def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
         # recompute the old log-probs and weight each token by pi_old / pi_rollout.
         algorithm={"use_kl_loss": False, "rollout_is_level": "token", **(algorithm or {})},
         optim={"lr": 1e-3, "ppo_mini_batch_size": 4, "micro_batch_size": 8},
-        trainer={"rollout_mode": "one_step_off", "save_at_end": False, **trainer},
+        trainer={"save_at_end": False, **trainer},
     )
     trainer_ = RLTrainer(cfg)
     trainer_.setup()
@@ -145,6 +146,48 @@ def test_one_step_off_runs_dapo_group_filtering_in_the_rollout_thread(
     assert [m["async/staleness/max"] for m in history] == [0.0, 1.0, 1.0]
     # Every round drew fresh prompts: no prompt was trained twice.
     assert sum(len(p) for p in trained) == len(set().union(*trained)) >= 3
+
+
+def test_async_keeps_every_token_within_max_staleness_and_resumes_both_batches_in_flight(
+    demo_model_dir, server_url, tmp_path
+):
+    # One optimizer step per step (u = 1) and max_staleness = 2: two steps generated ahead,
+    # each prompt its own call; a sync waits for the calls running, new calls wait for it.
+    run = {"rollout_mode": "async", "max_staleness": 2, "total_steps": 5}
+    trainer, trained = one_step_off_run(
+        demo_model_dir, tmp_path / "a", server_url, save_freq=2, **run
+    )
+    assert trainer.rollout.depth == 2
+    history = train(trainer)
+    assert len(history) == len(trained) == 5
+    assert history[0]["async/staleness/max"] == 0.0  # generated in place, before any update
+    # Batch 2 was drawn at step 1 with weights 0 or 1 (its calls may wait for the sync of
+    # weights 1): 1 or 2 versions behind the weights 2 that train on it; never more.
+    staleness = [m["async/staleness/max"] for m in history]
+    assert all(s <= 2 for s in staleness) and max(staleness[1:]) >= 1
+    for metrics in history[1:]:
+        assert metrics["async/queue_size"] >= 0 and metrics["async/partial_rollouts"] >= 0
+        assert math.isfinite(metrics["actor/pg_loss"])
+    synced = [
+        m["weight_sync/logprob_max_abs_diff"]
+        for m in history
+        if "weight_sync/logprob_max_abs_diff" in m
+    ]
+    assert synced and max(synced) < 1e-3  # each background sync reached the server
+    # 4 distinct prompts per step, none trained twice (32 prompts in the epoch).
+    assert all(len(p) == 4 for p in trained) and len(set().union(*trained)) == 20
+
+    # The checkpoint of step 2 was saved with batches 3 and 4 in flight: the resumed run
+    # regenerates both from the same prompts, then goes on as run a did.
+    checkpoint = tmp_path / "a" / "checkpoints" / "global_step_2"
+    resumed, trained_after = one_step_off_run(
+        demo_model_dir, tmp_path / "b", server_url, resume_mode=str(checkpoint), **run
+    )
+    after = train(resumed)
+    assert resumed.step_count == 5 and len(after) == 3
+    assert trained_after == trained[2:]
+    assert after[0]["async/staleness/max"] == 0.0
+    assert all(m["async/staleness/max"] <= 2 for m in after)
 
 
 def test_the_overlap_benchmark_prints_both_modes_and_their_ratio(
