@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -53,3 +54,37 @@ class TrainerPolicyWeights:
 
     def save_pretrained(self, path: str) -> None:
         self.backend.export_hf(self.actor, self.tokenizer, path)
+
+    def snapshot(self) -> FrozenPolicyWeights:
+        """A host copy of the current weights that later updates leave alone, for a sync
+        that runs while the trainer updates (rollouts ahead). One process only: under
+        FSDP the module is sharded."""
+        with self.generation_context() as (model, _):
+            frozen = copy.deepcopy(model).to("cpu").requires_grad_(False).eval()
+        return FrozenPolicyWeights(frozen, self.tokenizer, self.version)
+
+
+class FrozenPolicyWeights:
+    """Implements :class:`rlkit.rollout.base.PolicyWeights` for a copy of the policy taken
+    at one version (:meth:`TrainerPolicyWeights.snapshot`)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, version: int) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self._version = version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @contextmanager
+    def generation_context(self) -> Iterator[tuple[torch.nn.Module, dict[str, Any]]]:
+        yield self.model, {}
+
+    def named_tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        yield from self.model.state_dict().items()
+
+    def save_pretrained(self, path: str) -> None:
+        self.model.save_pretrained(path)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(path)

@@ -7,11 +7,12 @@ of one step). The step asks it for a batch exactly as it asks the source; ``sync
 source alone. The order of events, for depth ``d``::
 
     step k:  wait for batch k
-             close the weight gate; in a thread: wait for the generation calls
-             running to finish, push weights k to the engine, open the gate
+             copy weights k (host memory) and close the weight gate; in a thread:
+             wait for the generation calls running to finish, push the copy to the
+             engine, open the gate
              draw the prompts of steps up to k+d; start generating each in a thread
              (its calls start once the gate is open: they sample from weights k)
-             forward passes of batch k; wait for the sync; update  # -> weights k+1
+             train on batch k                    # -> weights k+1, the copy untouched
     step k+1: ...
 
 Generation never waits for the trainer except at the depth bound and during a sync's wait
@@ -123,11 +124,6 @@ class RolloutAhead:
         self._sync_due = True
         return {}
 
-    def before_update(self) -> None:
-        """Wait for a sync that is reading the trainer's weights, which are about to change."""
-        if self._sync is not None:
-            self._sync.exception()  # a failure is raised at the next batch
-
     def sampler_state(self) -> dict[str, Any]:
         """The sampler's position before the earliest batch in flight was drawn: a resumed
         run generates the batches in flight again."""
@@ -159,13 +155,14 @@ class RolloutAhead:
 
     # ---------------------------------------------------------- internals
     def _start_sync(self) -> None:
-        """Close the gate to new generation calls now, then, in a thread, wait for the calls
-        running and push the weights (the trainer reads the step's batch meanwhile)."""
+        """Copy the weights and close the gate to new generation calls now; then, in a
+        thread, wait for the calls running and push the copy (the trainer trains on)."""
         if not self._sync_due:
             return
         self._sync_due = False
         gate, source = self.source.gate, self.source
-        version = source.weights.version
+        snapshot = source.weights.snapshot()
+        version = snapshot.version
         gate.begin_sync()
         future: Future[dict[str, float]] = Future()
 
@@ -174,7 +171,7 @@ class RolloutAhead:
                 start = time.perf_counter()
                 gate.wait_drained()
                 drained = time.perf_counter()
-                metrics = source.push_weights()
+                metrics = source.push_weights(snapshot)
                 metrics["async/sync_drain_s"] = drained - start
                 metrics["async/sync_s"] = time.perf_counter() - drained
                 future.set_result(metrics)

@@ -113,9 +113,10 @@ class RolloutSource:
         with self.gate.syncing(self.weights.version):
             return self.push_weights()
 
-    def push_weights(self) -> dict[str, float]:
-        """The engine's part of :meth:`sync_weights`, for a caller that holds the gate."""
-        synced = self.engine.sync_weights(self.weights)
+    def push_weights(self, weights: Any = None) -> dict[str, float]:
+        """The engine's part of :meth:`sync_weights`, for a caller that holds the gate;
+        ``weights``: a snapshot of the trainer's (default: the live ones)."""
+        synced = self.engine.sync_weights(self.weights if weights is None else weights)
         return {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
 
     def finished_for(self, steps: set[int], *, forget: int | None = None) -> int:
@@ -124,9 +125,6 @@ class RolloutSource:
         with self._count_lock:
             self.finished_samples.pop(forget, None)
             return sum(n for s, n in self.finished_samples.items() if s in steps)
-
-    def before_update(self) -> None:
-        """Nothing to wait for: syncs run in the caller's thread."""
 
     def sampler_state(self) -> dict[str, Any]:
         """The prompt sampler's position, as a checkpoint keeps it."""

@@ -323,7 +323,6 @@ class RLTrainer:
                         metrics |= role.forward(batch)
             with timer("adv"):
                 metrics |= self.algorithm.compute_advantages(batch)
-            self.rollout.before_update()  # rollouts ahead: a sync may be reading the weights
             for name, role in sorted(
                 _having(self.roles, "update"), key=lambda r: r[1].update_order
             ):

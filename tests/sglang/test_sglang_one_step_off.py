@@ -190,6 +190,63 @@ def test_async_keeps_every_token_within_max_staleness_and_resumes_both_batches_i
     assert all(m["async/staleness/max"] <= 2 for m in after)
 
 
+@pytest.fixture(scope="module")
+def tool_server_url(tool_model_dir, tmp_path_factory):
+    """A second server, serving the model warmed up to call the calculator."""
+    require_sglang()
+    from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
+
+    engine = ROLLOUT_ENGINES.get("sglang")(
+        model_path=str(tool_model_dir),
+        seed=0,
+        num_servers=1,
+        log_dir=str(tmp_path_factory.mktemp("one_step_off_tool_server")),
+        **CPU_SERVER,
+    )
+    try:
+        yield engine.sync_endpoints[0].url
+    finally:
+        engine.close()
+
+
+def test_one_step_off_runs_the_multi_turn_tool_loop_in_the_rollout_thread(
+    tool_model_dir, tool_server_url, tmp_path
+):
+    import functools
+
+    from rlkit.tasks.tool_arithmetic import tool_arithmetic_dataset
+
+    cfg = small_experiment(
+        tool_model_dir,
+        tmp_path / "tools",
+        data={
+            "dataset_fn": functools.partial(tool_arithmetic_dataset, limit=16),
+            "max_prompt_length": 48,
+            "reward_workers": 1,
+        },
+        rollout={
+            "engine": "sglang",
+            "engine_options": {"num_servers": 0, "urls": [tool_server_url], "device": "cpu"},
+            "agent_loop": "tool_agent",
+            "agent": {"tools": ["calculator"], "max_turns": 3},
+            "max_response_length": 160,
+        },
+        algorithm={"use_kl_loss": False, "rollout_is_level": "token"},
+        optim={"lr": 1e-4, "ppo_mini_batch_size": 4, "micro_batch_size": 8},
+        trainer={"rollout_mode": "one_step_off", "total_steps": 3, "save_at_end": False},
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    trainer.rollout.sync_weights()
+    history = train(trainer)
+    assert [m["async/staleness/max"] for m in history] == [0.0, 1.0, 1.0]
+    # The warmed-up policy calls the calculator in the thread's rollouts: one request per
+    # turn, the tool's output spliced between turns.
+    assert all(m["tool_calls/mean"] > 0 and m["num_turns/max"] >= 2 for m in history)
+    assert all(math.isfinite(m["actor/pg_loss"]) for m in history)  # (sampled calls may err)
+    assert history[-1]["weight_sync/logprob_max_abs_diff"] < 1e-3
+
+
 def test_the_overlap_benchmark_prints_both_modes_and_their_ratio(
     demo_model_dir, server_url, capsys
 ):
