@@ -41,7 +41,12 @@ from rlkit.interactions import make_interaction
 from rlkit.registry import AGENT_LOOPS
 from rlkit.rollout.base import RolloutEngine, SamplingParams
 from rlkit.rollout.observations import ObservationRenderer
-from rlkit.rollout.trajectory import NOT_GENERATED, Trajectory, trajectories_from_rollout
+from rlkit.rollout.trajectory import (
+    NOT_GENERATED,
+    Trajectory,
+    token_versions,
+    trajectories_from_rollout,
+)
 from rlkit.rollout.turns import run_turns
 
 
@@ -159,7 +164,15 @@ class _Row:
         """Give ``score`` to the last token (the end of the turn just taken)."""
         self.rewards[len(self.ids) - 1] = self.rewards.get(len(self.ids) - 1, 0.0) + score
 
-    def append(self, ids: Sequence[int], log_probs: Sequence[float] | None, version: int) -> None:
+    def append(
+        self,
+        ids: Sequence[int],
+        log_probs: Sequence[float] | None,
+        version: int,
+        reported: Sequence[int | None] | None = None,
+    ) -> None:
+        """``ids`` sampled by the policy (their ``log_probs``; weights ``version``, or per
+        token as an engine ``reported`` them) or inserted (``log_probs`` None)."""
         self.ids += ids
         if log_probs is None:  # inserted by the environment
             self.mask += [0] * len(ids)
@@ -168,7 +181,7 @@ class _Row:
         else:
             self.mask += [1] * len(ids)
             self.log_probs += [float(x) for x in log_probs]
-            self.versions += [version] * len(ids)
+            self.versions += token_versions(reported or [None] * len(ids), version)
 
     def trajectory(self) -> Trajectory:
         return Trajectory(
@@ -272,7 +285,7 @@ class _Episode:
                 got = await self.turns.generate(
                     key, row.prompt_ids + row.ids, min(self.per_turn, room)
                 )
-                row.append(got.response_ids, got.log_probs, self.version)
+                row.append(got.response_ids, got.log_probs, self.version, got.versions)
                 row.turns += 1
                 text = self.tokenizer.decode(got.response_ids, skip_special_tokens=True)
                 row.conversation.append({"role": "assistant", "content": text})

@@ -91,6 +91,13 @@ class RolloutEngine(abc.ABC):
         """Make the engine generate from ``weights``; return metrics such as
         ``timing_s/weight_sync``."""
 
+    def sync_weights_in_flight(self, weights: PolicyWeights) -> dict[str, float]:
+        """:meth:`sync_weights` under running generations, which go on with the new
+        weights and report each token's version (``RolloutBatch.token_versions``).
+        Engines that can say so in their registry entry (``continues_in_flight=True``);
+        ``TrainerConfig.partial_rollout = "continue"`` uses it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot sync under a generation")
+
     def restarted_servers(self) -> list[str]:
         """One line per server this engine has restarted so far (its address, how many
         times, the last failure), for the trainer's warning; engines without servers

@@ -46,6 +46,9 @@ class RolloutBatch:
             ``response_ids``.
         finish_reasons: ``"stop"`` (EOS / stop token) or ``"length"`` per row.
         prompt_index: index of the row's prompt in the request.
+        token_versions: per row, the weights version that sampled each response token,
+            for engines that update weights under a running generation (``None`` for a
+            token, or for the whole batch: the version the caller sampled with).
         metrics: engine-side numbers: the names the engine declares in
             :attr:`~rlkit.rollout.base.RolloutEngine.counters` and
             :attr:`~rlkit.rollout.base.RolloutEngine.gauges` (logged with the step), and
@@ -58,6 +61,7 @@ class RolloutBatch:
     finish_reasons: list[str]
     prompt_index: list[int]
     metrics: dict[str, float] = field(default_factory=dict)
+    token_versions: list[list[int | None]] | None = None
 
     def __len__(self) -> int:
         return len(self.response_ids)
@@ -73,3 +77,10 @@ class RolloutBatch:
         for i, (ids, lps) in enumerate(zip(self.response_ids, self.rollout_log_probs)):
             if len(ids) != len(lps):
                 raise ValueError(f"row {i}: {len(ids)} response tokens but {len(lps)} log-probs")
+        for i, (ids, vs) in enumerate(zip(self.response_ids, self.token_versions or [])):
+            if len(ids) != len(vs):
+                raise ValueError(f"row {i}: {len(ids)} response tokens but {len(vs)} versions")
+        if self.token_versions is not None and len(self.token_versions) != n:
+            raise ValueError(
+                f"RolloutBatch.token_versions has {len(self.token_versions)} rows, expected {n}"
+            )

@@ -16,7 +16,7 @@ Single-turn rollouts are the special case of an all-ones loss mask; an engine's
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -118,24 +118,32 @@ def trajectories_from_rollout(rollout: RolloutBatch, *, policy_version: int) -> 
 
     Args:
         rollout: the engine's rows.
-        policy_version: the version of the weights the engine sampled with.
+        policy_version: the version of the weights the engine sampled with (tokens the
+            engine reports a version for in ``rollout.token_versions`` keep theirs).
     """
     rollout.validate()
+    versions = rollout.token_versions or [[None] * len(r) for r in rollout.response_ids]
     return [
         Trajectory(
             prompt_ids=list(prompt),
             response_ids=list(response),
             loss_mask=[1] * len(response),
             rollout_log_probs=[float(x) for x in log_probs],
-            policy_version=[policy_version] * len(response),
+            policy_version=token_versions(row_versions, policy_version),
             prompt_index=index,
             finish_reason=reason,
         )
-        for prompt, response, log_probs, reason, index in zip(
+        for prompt, response, log_probs, reason, index, row_versions in zip(
             rollout.prompt_ids,
             rollout.response_ids,
             rollout.rollout_log_probs,
             rollout.finish_reasons,
             rollout.prompt_index,
+            versions,
         )
     ]
+
+
+def token_versions(reported: Sequence[int | None] | None, default: int) -> list[int]:
+    """Each token's weights version: the one an engine reported, else ``default``."""
+    return [default if v is None else int(v) for v in reported or ()]

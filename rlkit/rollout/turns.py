@@ -58,6 +58,9 @@ class TurnResult:
     response_ids: list[int]
     log_probs: list[float]
     finish_reason: str
+    versions: list[int | None] | None = None
+    """The weights version of each token, from an engine that updates weights under a
+    running turn (``None``: the version the trajectory samples with)."""
 
 
 class TurnGenerator(abc.ABC):

@@ -365,8 +365,10 @@ class TrainerConfig:
     ppo_mini_batch_size)``). None: ``2 * u`` (two steps ahead)."""
     partial_rollout: str = "finish"
     """``async``: what generation calls running when new weights arrive do. ``finish``:
-    they finish under the weights they started with (new calls wait for the sync), so
-    every token keeps the version that sampled it."""
+    they finish under the weights they started with, and the sync waits for them.
+    ``continue``: they are paused, the weights synced, and they continue under the new
+    weights (engines with ``continues_in_flight=True``: ``sglang``). Either way new calls
+    wait for the sync, and every token records the version that sampled it."""
     backend_strategy: str = "auto"
     """auto | fsdp2 | none (see rlkit.trainer.backend)."""
     mixed_precision: str = "no"
@@ -627,6 +629,22 @@ def _async_problems(config: ExperimentConfig) -> list[str]:
     per_step = optimizer_steps_per_step(config)
     depth, bound = async_depth(config)
     problems = []
+    if config.trainer.partial_rollout == "continue":
+        from rlkit.registry import ROLLOUT_ENGINES, UnknownNameError
+
+        try:
+            able = ROLLOUT_ENGINES.entry(config.rollout.engine).extra.get("continues_in_flight")
+        except UnknownNameError:
+            able = True  # reported with the engine's own check
+        if not able:
+            names = [
+                e.name for e in ROLLOUT_ENGINES.describe() if e.extra.get("continues_in_flight")
+            ]
+            problems.append(
+                f"TrainerConfig.partial_rollout = 'continue' syncs weights under running "
+                f"generations, which RolloutConfig.engine = {config.rollout.engine!r} cannot "
+                f"do; use {', '.join(names)}, or partial_rollout = 'finish'"
+            )
     if depth < 1:
         problems.append(
             f"TrainerConfig.max_staleness = {bound} is below the {per_step} optimizer steps of "
@@ -1032,7 +1050,7 @@ FIELD_RULES: dict[type, dict[str, Rule]] = {
         "seed": Number(integer=True),
         "rollout_mode": Choice(ROLLOUT_MODES),
         "max_staleness": Number(integer=True, ge=0, optional=True),
-        "partial_rollout": Choice(("finish",)),
+        "partial_rollout": Choice(("finish", "continue")),
         "backend_strategy": Choice(("auto", "fsdp2", "none")),
         "mixed_precision": Choice(("no", "bf16", "fp16")),
         "num_threads": Number(integer=True, ge=1, optional=True),

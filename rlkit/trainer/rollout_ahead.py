@@ -62,6 +62,8 @@ class RolloutAhead:
             ``one_step_off``).
         max_staleness: the bound on ``async/staleness/max`` it guarantees (``None``: not
             checked).
+        partial_rollout: ``finish`` (a sync waits for the generation calls running) or
+            ``continue`` (they are paused, synced and continued under the new weights).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class RolloutAhead:
         total_steps: int,
         depth: int = 1,
         max_staleness: int | None = None,
+        partial_rollout: str = "finish",
     ) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
@@ -77,6 +80,7 @@ class RolloutAhead:
         self.total_steps = total_steps
         self.depth = depth
         self.max_staleness = max_staleness
+        self.in_flight_sync = partial_rollout == "continue"
         self._in_flight: dict[int, Future[Rollout]] = {}  # step -> its batch
         self._sampler_before: dict[int, dict[str, Any]] = {}  # step -> before its draw
         self._sync_due = False
@@ -169,9 +173,10 @@ class RolloutAhead:
         def run() -> None:
             try:
                 start = time.perf_counter()
-                gate.wait_drained()
+                if not self.in_flight_sync:
+                    gate.wait_drained()
                 drained = time.perf_counter()
-                metrics = source.push_weights(snapshot)
+                metrics = source.push_weights(snapshot, in_flight=self.in_flight_sync)
                 metrics["async/sync_drain_s"] = drained - start
                 metrics["async/sync_s"] = time.perf_counter() - drained
                 future.set_result(metrics)

@@ -113,10 +113,13 @@ class RolloutSource:
         with self.gate.syncing(self.weights.version):
             return self.push_weights()
 
-    def push_weights(self, weights: Any = None) -> dict[str, float]:
+    def push_weights(self, weights: Any = None, *, in_flight: bool = False) -> dict[str, float]:
         """The engine's part of :meth:`sync_weights`, for a caller that holds the gate;
-        ``weights``: a snapshot of the trainer's (default: the live ones)."""
-        synced = self.engine.sync_weights(self.weights if weights is None else weights)
+        ``weights``: a snapshot of the trainer's (default: the live ones); ``in_flight``:
+        under the generation calls running, which go on with the new weights."""
+        weights = self.weights if weights is None else weights
+        push = self.engine.sync_weights_in_flight if in_flight else self.engine.sync_weights
+        synced = push(weights)
         return {k: v for k, v in synced.items() if not k.startswith("timing_s/")}
 
     def finished_for(self, steps: set[int], *, forget: int | None = None) -> int:

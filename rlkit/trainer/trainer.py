@@ -119,7 +119,9 @@ class RLTrainer:
             self.rollout = RolloutAhead(self.rollout, cfg.trainer.total_steps)
         elif cfg.trainer.rollout_mode == "async":
             depth, bound = async_depth(cfg)
-            self.rollout = RolloutAhead(self.rollout, cfg.trainer.total_steps, depth, bound)
+            self.rollout = RolloutAhead(
+                self.rollout, cfg.trainer.total_steps, depth, bound, cfg.trainer.partial_rollout
+            )
         r = cfg.rollout
         dtypes = [cfg.model.dtype, cfg.trainer.mixed_precision, r.engine_options.get("dtype")]
         self.logprob_guard = LogProbGuard(

@@ -38,8 +38,13 @@ def server_url(demo_model_dir, tmp_path_factory):
         engine.close()
 
 
-def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
+def one_step_off_run(
+    model_dir, out_dir, url, *, algorithm=None, engine_options=None, rollout=None, **trainer
+):
+    """A trainer attached to the server at ``url`` (or starting its own with
+    ``engine_options``), and the prompts of each step's update as it trains."""
     trainer = {"rollout_mode": "one_step_off", **trainer}
+    engine_options = engine_options or {"num_servers": 0, "urls": [url], "device": "cpu"}
     cfg = small_experiment(
         model_dir,
         out_dir,
@@ -52,7 +57,8 @@ def one_step_off_run(model_dir, out_dir, url, *, algorithm=None, **trainer):
         },
         rollout={
             "engine": "sglang",
-            "engine_options": {"num_servers": 0, "urls": [url], "device": "cpu"},
+            "engine_options": engine_options,
+            **(rollout or {}),
         },
         # One optimizer step per step (one mini-batch of the 4 groups): a batch one step
         # behind is one weight version behind. The rollout correction makes the trainer
@@ -245,6 +251,86 @@ def test_one_step_off_runs_the_multi_turn_tool_loop_in_the_rollout_thread(
     assert all(m["tool_calls/mean"] > 0 and m["num_turns/max"] >= 2 for m in history)
     assert all(math.isfinite(m["actor/pg_loss"]) for m in history)  # (sampled calls may err)
     assert history[-1]["weight_sync/logprob_max_abs_diff"] < 1e-3
+
+
+def test_async_continues_running_generations_under_new_weights_and_tags_each_token(
+    demo_model_dir, server_url, tmp_path
+):
+    # partial_rollout = "continue": a sync pauses the requests running (their KV cache is
+    # freed), loads the weights and continues them, recomputing their context under the new
+    # weights; the server reports which version sampled each token.
+    run = {"rollout_mode": "async", "max_staleness": 2, "partial_rollout": "continue"}
+    trainer, trained = one_step_off_run(
+        demo_model_dir,
+        tmp_path / "continue",
+        server_url,
+        rollout={"max_response_length": 48},  # long enough for syncs to meet requests
+        total_steps=5,
+        **run,
+    )
+    versions: list[list[set[int]]] = []  # per step, per row: the versions of its tokens
+    update = trainer.roles["actor"].update
+
+    def recording_update(batch):
+        rows = []
+        for row, mask in zip(batch.policy_version, batch.loss_mask.bool()):
+            rows.append(set(row[mask].tolist()))
+        versions.append(rows)
+        return update(batch)
+
+    trainer.roles["actor"].update = recording_update
+    history = train(trainer)
+    assert len(history) == 5 and all(len(p) == 4 for p in trained)
+    assert all(m["async/staleness/max"] <= 2 for m in history)
+    assert sum(m["async/partial_rollouts"] for m in history) > 0
+    # Some response was sampled by two weight versions: begun before a sync, continued
+    # after it, each token tagged with its own.
+    mixed = [v for step in versions for v in step if len(v) > 1]
+    assert mixed, f"no response spans a sync: {versions}"
+    assert all(max(v) - min(v) >= 1 for v in mixed)
+
+
+def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_dir, tmp_path):
+    """The run starts its own server (an attached one cannot be restarted); it is killed
+    with requests in flight. The engine restarts it from the newest weight snapshot and
+    re-sends those requests: every step trains its 4 prompts, none twice."""
+    import os
+    import signal
+    import threading
+    import time
+
+    options = {"num_servers": 1, "log_dir": str(tmp_path / "server"), **CPU_SERVER}
+    trainer, trained = one_step_off_run(
+        demo_model_dir,
+        tmp_path / "kill",
+        None,
+        engine_options=options,
+        rollout_mode="async",
+        total_steps=5,
+    )
+    endpoint = trainer.engine.pool.endpoints[0]
+    killed: list[int] = []
+
+    def kill_with_requests_in_flight() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and trainer.step_count < 2:
+            time.sleep(0.005)  # the kill goes to a step generated ahead
+        while time.monotonic() < deadline and endpoint.inflight == 0:
+            time.sleep(0.001)
+        if endpoint.inflight:
+            killed.append(endpoint.server.process.pid)
+            os.killpg(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_with_requests_in_flight, daemon=True)
+    killer.start()
+    history = train(trainer)
+    killer.join(5)
+    assert killed, "no request was in flight to kill"
+    assert len(history) == len(trained) == 5
+    assert history[-1]["rollout/server_restarts"] == 1.0
+    assert sum(m["rollout/num_retries"] for m in history) >= 1  # in-flight requests re-sent
+    assert all(len(p) == 4 for p in trained) and len(set().union(*trained)) == 20
+    assert all(m["async/staleness/max"] <= 2 for m in history)
 
 
 def test_the_overlap_benchmark_prints_both_modes_and_their_ratio(

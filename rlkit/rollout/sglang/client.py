@@ -42,7 +42,10 @@ class Sample:
     response_ids: list[int]
     log_probs: list[float]
     finish_reason: str  # "stop" | "length"
-    weight_version: str
+    weight_version: str  # the server's version when the response finished
+    token_versions: list[int | None] | None = None
+    """Per token, the version that sampled it, when the server's weights changed under
+    the request (SGLang's ``weight_versions`` spans; ``None`` for its initial weights)."""
 
 
 def uses_filters(params: SamplingParams) -> bool:
@@ -114,7 +117,29 @@ def parse_samples(response: Any, n: int, want_filtered: bool) -> list[Sample]:
             ) from exc
         if len(lps) != len(ids):
             raise RequestError(f"/generate returned {len(ids)} tokens but {len(lps)} log-probs")
-        out.append(Sample(ids, lps, "stop" if reason == "stop" else "length", version))
+        finish = "stop" if reason == "stop" else "length"
+        out.append(Sample(ids, lps, finish, version, span_versions(meta, len(ids))))
+    return out
+
+
+def span_versions(meta: dict[str, Any], length: int) -> list[int | None] | None:
+    """Per-token versions from a response's ``weight_versions`` spans (``[{"version",
+    "start", "end"}]`` over its output tokens); ``None`` when one version sampled all.
+
+    Raises:
+        RequestError: spans that do not cover the tokens exactly once.
+    """
+    spans = meta.get("weight_versions")
+    if not spans or len(spans) == 1:
+        return None
+    out: list[int | None] = []
+    for span in spans:
+        version = str(span["version"])
+        if int(span["start"]) != len(out):
+            raise RequestError(f"weight_versions spans leave a gap or overlap: {spans}")
+        out += [int(version) if version.isdigit() else None] * (int(span["end"]) - len(out))
+    if len(out) != length:
+        raise RequestError(f"weight_versions spans cover {len(out)} of {length} tokens: {spans}")
     return out
 
 

@@ -226,6 +226,12 @@ class SGLangEngine(RolloutEngine):
             finish_reasons=[s.finish_reason for samples in per_prompt for s in samples],
             prompt_index=[i for i in range(len(prompts)) for _ in range(params.n)],
         )
+        if any(s.token_versions for samples in per_prompt for s in samples):
+            batch.token_versions = [
+                s.token_versions or [None] * len(s.response_ids)
+                for samples in per_prompt
+                for s in samples
+            ]
         batch.validate()
         elapsed = time.perf_counter() - start
         tokens = sum(len(r) for r in batch.response_ids)
@@ -335,9 +341,10 @@ class SGLangEngine(RolloutEngine):
             ok = False
             try:
                 stats["requests"] += 1
+                sent = self.expected_version
                 response = await self.client.post(endpoint.url, "/generate", body)
                 samples = parse_samples(response, n, want_filtered)
-                self._check_versions(endpoint, samples)
+                self._check_versions(endpoint, samples, sent)
                 ok = True
                 return samples
             except BadRequestError as exc:
@@ -383,17 +390,25 @@ class SGLangEngine(RolloutEngine):
                 )
             await asyncio.sleep(0.5)
 
-    def _check_versions(self, endpoint: Endpoint, samples: list[Sample]) -> None:
+    def _check_versions(self, endpoint: Endpoint, samples: list[Sample], sent: str | None) -> None:
+        """A response from weights other than the ones synced when the request was sent or
+        now (a sync may have updated the server under it) comes from a stale server.
+        A response whose single version is not the one it was sent under was sampled
+        wholly by the newer weights: its tokens say so."""
         expected = self.expected_version
         if expected is None or self.router_url:
             return
-        wrong = {s.weight_version for s in samples} - {expected}
+        wrong = {s.weight_version for s in samples} - {expected, sent}
         if wrong:
             endpoint.stale = True
             raise RequestError(
                 f"server holds weight version {sorted(wrong)}, expected {expected!r} "
                 f"(taken out of rotation until the next sync)"
             )
+        for sample in samples:
+            version = sample.weight_version
+            if sample.token_versions is None and version != sent and version.isdigit():
+                sample.token_versions = [int(version)] * len(sample.response_ids)
 
     def _restart_args(self) -> tuple[str | None, str | None, bool]:
         if self.weight_sync_mode == "disk" and self.latest_snapshot is not None:
@@ -413,6 +428,29 @@ class SGLangEngine(RolloutEngine):
             WeightSyncError: a server refused the update, or the log-probs differ
                 by more than ``verify_tolerance``.
         """
+        targets, metrics = self._push(weights)
+        return metrics | self._verified(weights, targets)
+
+    def sync_weights_in_flight(self, weights: PolicyWeights) -> dict[str, float]:
+        """:meth:`sync_weights` without waiting for the requests running: every server
+        pauses them (``/pause_generation``, mode ``retract``: their KV cache is freed),
+        takes the weights, and continues them (``/continue_generation``), recomputing
+        their context under the new weights. Each response then reports the version of
+        every token (SGLang's ``weight_versions`` spans), which its samples keep.
+        """
+        paused: list[Endpoint] = []
+        if self.rank == 0:
+            self.pool.wait_restarts()
+            paused = [e for e in self.sync_endpoints if e.healthy or e.stale]
+            self._run(self._all(paused, "/pause_generation", {"mode": "retract"}))
+        try:
+            targets, metrics = self._push(weights)
+        finally:
+            if paused:
+                self._run(self._all(paused, "/continue_generation", {}))
+        return metrics | self._verified(weights, targets)
+
+    def _push(self, weights: PolicyWeights) -> tuple[list[Endpoint], dict[str, float]]:
         self._check_open()
         version = str(weights.version)
         start = time.perf_counter()
@@ -435,12 +473,15 @@ class SGLangEngine(RolloutEngine):
         else:  # process 0 synced every server: whatever this process saw as stale is current
             self.pool.mark_synced(self.pool.endpoints)
         self.expected_version = version
-        elapsed = time.perf_counter() - start
-        metrics = {"timing_s/weight_sync": elapsed}
+        return targets, {"timing_s/weight_sync": time.perf_counter() - start}
+
+    def _verified(self, weights: PolicyWeights, targets: list[Endpoint]) -> dict[str, float]:
         start = time.perf_counter()
-        metrics["weight_sync/logprob_max_abs_diff"] = (
-            self._verify(weights, targets) if self.verify_sync else float("nan")
-        )
+        metrics = {
+            "weight_sync/logprob_max_abs_diff": (
+                self._verify(weights, targets) if self.verify_sync else float("nan")
+            )
+        }
         metrics["timing_s/weight_sync_verify"] = time.perf_counter() - start
         comm.barrier()
         return metrics
@@ -672,7 +713,9 @@ class SGLangTurns(TurnGenerator):
                 "rollout/num_requests": float(stats["requests"]),
             }
         )
-        return TurnResult(sample.response_ids, sample.log_probs, sample.finish_reason)
+        return TurnResult(
+            sample.response_ids, sample.log_probs, sample.finish_reason, sample.token_versions
+        )
 
 
 def _raise_unless_all_ok(results: list[Any], path: str, targets: list[Endpoint]) -> None:

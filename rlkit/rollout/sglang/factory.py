@@ -20,6 +20,7 @@ CPU_MAX_TOTAL_TOKENS = 16384
     "sglang",
     summary="SGLang servers (started, attached by URL, or behind sglang-router)",
     holds_own_weights=True,  # samples while the trainer updates (rollout_mode one_step_off)
+    continues_in_flight=True,  # syncs under running requests (partial_rollout continue)
 )
 def make_sglang_engine(
     *,
