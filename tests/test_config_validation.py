@@ -282,7 +282,7 @@ def test_negative_staleness_and_unknown_partial_rollout_policies_are_refused():
         async_config(max_staleness=-1, partial_rollout="pause").validate()
     text = str(info.value)
     assert "TrainerConfig.max_staleness must be" in text and "got -1" in text
-    assert "TrainerConfig.partial_rollout must be finish, got 'pause'" in text
+    assert "TrainerConfig.partial_rollout must be finish|continue, got 'pause'" in text
 
 
 def test_async_refuses_dapo_refills_more_than_one_step_ahead_and_names_one_step_off():
@@ -299,3 +299,24 @@ def optimizer_steps(cfg: ExperimentConfig) -> int:
     from rlkit.trainer.config import optimizer_steps_per_step
 
     return optimizer_steps_per_step(cfg)
+
+
+def test_continuing_generations_under_new_weights_needs_an_engine_that_can():
+    from rlkit.registry import ROLLOUT_ENGINES
+
+    cfg = async_config(partial_rollout="continue")
+    cfg.validate()  # sglang pauses, syncs and continues its running requests
+
+    @ROLLOUT_ENGINES.register("server_without_pause", holds_own_weights=True)
+    def server_without_pause(**_):  # a server engine that can only sync when idle
+        raise AssertionError("not built by validation")
+
+    try:
+        cfg.rollout = dataclasses.replace(cfg.rollout, engine="server_without_pause")
+        with pytest.raises(ValueError) as info:
+            cfg.validate()
+    finally:
+        ROLLOUT_ENGINES.unregister("server_without_pause")
+    text = str(info.value)
+    assert "partial_rollout = 'continue'" in text and "'server_without_pause'" in text
+    assert "use sglang, or partial_rollout = 'finish'" in text

@@ -187,3 +187,40 @@ def test_sglang_engine_declares_every_metric_it_emits(monkeypatch):
         assert_declared(engine, turns.metrics)
     finally:
         engine.close()
+
+
+def test_weight_version_spans_give_each_token_the_version_that_sampled_it():
+    from rlkit.rollout.sglang.client import RequestError, span_versions
+
+    # 5 tokens: 3 sampled by the initial weights ('init': the caller's version), then a
+    # sync to version 7 under the running request, then 2 by version 7.
+    spans = [{"version": "init", "start": 0, "end": 3}, {"version": "7", "start": 3, "end": 5}]
+    assert span_versions({"weight_versions": spans}, 5) == [None, None, None, 7, 7]
+    one = [{"version": "7", "start": 0, "end": 5}]
+    assert span_versions({"weight_versions": one}, 5) is None  # one version: the call's
+    assert span_versions({}, 5) is None
+    with pytest.raises(RequestError, match="cover 5 of 6 tokens"):
+        span_versions({"weight_versions": spans}, 6)
+    gap = [{"version": "3", "start": 0, "end": 2}, {"version": "4", "start": 3, "end": 5}]
+    with pytest.raises(RequestError, match="gap or overlap"):
+        span_versions({"weight_versions": gap}, 5)
+
+
+def test_reported_token_versions_reach_the_trajectories_and_the_rest_take_the_calls():
+    from rlkit.rollout.sampling import RolloutBatch
+    from rlkit.rollout.trajectory import trajectories_from_rollout
+
+    batch = RolloutBatch(
+        prompt_ids=[[1, 2], [1, 2]],
+        response_ids=[[5, 6, 7], [8, 9]],
+        rollout_log_probs=[[-0.1, -0.2, -0.3], [-0.4, -0.5]],
+        finish_reasons=["length", "stop"],
+        prompt_index=[0, 0],
+        token_versions=[[None, 4, 4], [None, None]],
+    )
+    first, second = trajectories_from_rollout(batch, policy_version=3)
+    assert first.policy_version == [3, 4, 4]  # begun under 3, continued under 4
+    assert second.policy_version == [3, 3]
+    batch.token_versions = [[4, 4, 4]]  # one row for two
+    with pytest.raises(ValueError, match="token_versions has 1 rows, expected 2"):
+        trajectories_from_rollout(batch, policy_version=3)

@@ -15,9 +15,10 @@ source alone. The order of events, for depth ``d``::
              train on batch k                    # -> weights k+1, the copy untouched
     step k+1: ...
 
-Generation never waits for the trainer except at the depth bound and during a sync's wait
-for the calls running (``partial_rollout = "finish"``: calls running when new weights
-arrive finish under the weights they started with). Batch ``k+d``'s tokens come from
+Generation never waits for the trainer except at the depth bound and during a sync.
+Calls running when new weights arrive either finish under the weights they started with
+while the sync waits for them (``partial_rollout = "finish"``), or are paused, synced and
+continued under the new weights (``"continue"``; the engine reports each token's version). Batch ``k+d``'s tokens come from
 weights ``k`` or newer and train at weights ``k+d``: at most ``d * u <= max_staleness``
 versions old, which every step checks and logs as ``async/staleness/{mean,max}``. In
 ``async`` each prompt is its own generation call, so a sync waits for the calls running,

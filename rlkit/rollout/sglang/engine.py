@@ -343,8 +343,9 @@ class SGLangEngine(RolloutEngine):
                 stats["requests"] += 1
                 sent = self.expected_version
                 response = await self.client.post(endpoint.url, "/generate", body)
-                samples = parse_samples(response, n, want_filtered)
-                self._check_versions(endpoint, samples, sent)
+                samples = self._check_versions(
+                    endpoint, parse_samples(response, n, want_filtered), sent
+                )
                 ok = True
                 return samples
             except BadRequestError as exc:
@@ -390,14 +391,16 @@ class SGLangEngine(RolloutEngine):
                 )
             await asyncio.sleep(0.5)
 
-    def _check_versions(self, endpoint: Endpoint, samples: list[Sample], sent: str | None) -> None:
-        """A response from weights other than the ones synced when the request was sent or
-        now (a sync may have updated the server under it) comes from a stale server.
-        A response whose single version is not the one it was sent under was sampled
-        wholly by the newer weights: its tokens say so."""
+    def _check_versions(
+        self, endpoint: Endpoint, samples: list[Sample], sent: str | None
+    ) -> list[Sample]:
+        """``samples``, checked: a response from weights other than the ones synced when
+        the request was sent or now (a sync may have updated the server under it) comes
+        from a stale server. A response whose single version is not the one it was sent
+        under was sampled wholly by the newer weights: its tokens say so."""
         expected = self.expected_version
         if expected is None or self.router_url:
-            return
+            return samples
         wrong = {s.weight_version for s in samples} - {expected, sent}
         if wrong:
             endpoint.stale = True
@@ -405,10 +408,12 @@ class SGLangEngine(RolloutEngine):
                 f"server holds weight version {sorted(wrong)}, expected {expected!r} "
                 f"(taken out of rotation until the next sync)"
             )
-        for sample in samples:
-            version = sample.weight_version
-            if sample.token_versions is None and version != sent and version.isdigit():
-                sample.token_versions = [int(version)] * len(sample.response_ids)
+        return [
+            replace(s, token_versions=[int(s.weight_version)] * len(s.response_ids))
+            if s.token_versions is None and s.weight_version != sent and s.weight_version.isdigit()
+            else s
+            for s in samples
+        ]
 
     def _restart_args(self) -> tuple[str | None, str | None, bool]:
         if self.weight_sync_mode == "disk" and self.latest_snapshot is not None:
