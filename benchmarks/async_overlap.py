@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default="sync,one_step_off", help="comma-separated, sync first")
     p.add_argument("--stop-ids", type=int, default=0, help="ids that end a response (long tail)")
     p.add_argument("--max-staleness", type=int, help="async: versions (default: two steps ahead)")
+    p.add_argument("--partial-rollout", default="finish", choices=("finish", "continue"))
     p.add_argument("--model", help="a model directory (default: a random Qwen2 built here)")
     p.add_argument("--url", help="attach to this server, serving --model (default: start one)")
     args = p.parse_args(argv)
@@ -108,6 +109,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_dir: Path, url: str, out
         trainer={
             "rollout_mode": mode,
             "max_staleness": args.max_staleness,
+            "partial_rollout": args.partial_rollout,
             "total_steps": args.steps,
             "val_before_train": False,
             "save_at_end": False,
@@ -186,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{cpu_name()}; model {args.model or f'hidden {args.hidden_size} x {args.layers} layers'}; "
         f"{args.prompts} prompts x {args.n} responses x up to {args.new_tokens} new tokens per "
         f"step{f' ({args.stop_ids} stop ids)' if args.stop_ids else ''}; "
+        f"async: partial_rollout {args.partial_rollout}; "
         f"{args.steps} steps ({args.warmup} warm-up) x {args.rounds} rounds\n"
     )
     print("| mode | step s | tokens/s | trainer waiting | server idle |")
