@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rlkit.distributed import collectives as comm
@@ -99,7 +98,7 @@ class RolloutSource:
         self._count_lock = threading.Lock()
         """Responses generated per step, for steps whose batch is still being generated."""
         self.concurrent_prompts = concurrent_prompts
-        self._calls = ThreadPoolExecutor(concurrent_prompts) if concurrent_prompts else None
+        self._call_slots = threading.BoundedSemaphore(max(1, concurrent_prompts))
         self._undeclared: set[str] = set()
 
     @property
@@ -134,9 +133,8 @@ class RolloutSource:
         return self.sampler.state_dict()
 
     def close(self) -> None:
-        """Stop the threads of per-prompt calls (their engine is closed by then)."""
-        if self._calls is not None:
-            self._calls.shutdown(wait=False, cancel_futures=True)
+        """Nothing to stop: per-prompt calls run in daemon threads, which end with their
+        engine."""
 
     def sampling(self, *, validation: bool = False, greedy: bool = False) -> SamplingParams:
         """Training sampling, validation's (``val_n``, ``val_temperature``, ``val_top_p``,
@@ -283,9 +281,9 @@ class RolloutSource:
                     self.finished_samples[step] += len(out[0])
             return out
 
-        if self._calls is None or len(requests) <= 1:
+        if not self.concurrent_prompts or len(requests) <= 1:
             return call(requests)
-        results = list(self._calls.map(call, [[r] for r in requests]))
+        results = self._per_prompt(call, requests)
         trajectories, metrics = [], {}
         for position, (part, part_metrics) in enumerate(results):
             for traj in part:
@@ -295,6 +293,30 @@ class RolloutSource:
                 add = name in self.engine.counters
                 metrics[name] = metrics.get(name, 0.0) + value if add else value
         return trajectories, metrics
+
+    def _per_prompt(self, call: Callable[[list[AgentRequest]], Any], requests: list) -> list:
+        """``call([r])`` for every request, ``concurrent_prompts`` at once, in daemon
+        threads (a run stopped mid-generation exits without waiting for its server)."""
+        results: list[Any] = [None] * len(requests)
+        errors: list[BaseException] = []
+
+        def one(i: int) -> None:
+            with self._call_slots:
+                try:
+                    results[i] = call([requests[i]])
+                except BaseException as exc:  # re-raised in the caller's thread
+                    errors.append(exc)
+
+        threads = [
+            threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(requests))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
+        return results
 
     def _engine_metrics(self, metrics: dict[str, float]) -> tuple[dict, dict]:
         """The engine's counters and gauges, as it declares them; a name it reports

@@ -290,6 +290,82 @@ def test_async_continues_running_generations_under_new_weights_and_tags_each_tok
     assert all(max(v) - min(v) >= 1 for v in mixed)
 
 
+def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
+    demo_model_dir, server_url, tmp_path
+):
+    """A literal SIGINT to `rlkit train` while batches are generated ahead: exit 130 with
+    the one-line resume hint; every checkpoint's sampler stands at 4 prompts per step
+    trained (the batches in flight are regenerated on resume), and the resumed run ends
+    there too."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from tests.gin_files import arithmetic_gin
+
+    out = tmp_path / "run"
+    cfg = tmp_path / "async.gin"
+    bindings = {
+        "RolloutConfig.engine": "sglang",
+        "RolloutConfig.engine_options": {"num_servers": 0, "urls": [server_url], "device": "cpu"},
+        "DataConfig.reward_workers": 1,
+        "OptimConfig.ppo_mini_batch_size": 4,
+        "TrainerConfig.rollout_mode": "async",
+        "TrainerConfig.total_steps": 1000,
+        "TrainerConfig.save_freq": 2,
+        "TrainerConfig.val_before_train": False,
+        "TrainerConfig.tensorboard": False,
+    }
+    cfg.write_text(arithmetic_gin(demo_model_dir, out, bindings))
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-X", "faulthandler", "-m", "rlkit.train", str(cfg)]
+    proc = subprocess.Popen(
+        command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (out / "checkpoints" / "global_step_4").exists():
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint of step 4 in 240 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # into step 5 or 6: batches in flight
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+            _, stderr = proc.communicate(timeout=30)
+            pytest.fail(f"Ctrl-C did not stop the run in 120 s; where it was:\n{stderr[-8000:]}")
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1].startswith("rlkit train: interrupted at step ")
+
+    def drawn(step_dir: Path) -> int:
+        sampler = torch.load(step_dir / "trainer_state.pt", weights_only=False)["sampler"]
+        return sampler["epoch"] * sampler["num_prompts"] + sampler["position"]
+
+    saved = sorted(out.glob("checkpoints/global_step_*"), key=lambda p: int(p.name.split("_")[-1]))
+    last = int(saved[-1].name.split("_")[-1])
+    assert all(drawn(d) == 4 * int(d.name.split("_")[-1]) for d in saved)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlkit.train", str(cfg)]
+        + ["--gin_param", f"TrainerConfig.total_steps = {last + 2}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert drawn(out / "checkpoints" / f"global_step_{last + 2}") == 4 * (last + 2)
+
+
 def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_dir, tmp_path):
     """The run starts its own server (an attached one cannot be restarted); it is killed
     with requests in flight. The engine restarts it from the newest weight snapshot and
