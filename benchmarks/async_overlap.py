@@ -109,7 +109,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_dir: Path, url: str, out
         trainer={
             "rollout_mode": mode,
             "max_staleness": args.max_staleness,
-            "partial_rollout": args.partial_rollout,
+            "partial_rollout": args.partial_rollout if mode == "async" else "finish",
             "total_steps": args.steps,
             "val_before_train": False,
             "save_at_end": False,

@@ -320,3 +320,10 @@ def test_continuing_generations_under_new_weights_needs_an_engine_that_can():
     text = str(info.value)
     assert "partial_rollout = 'continue'" in text and "'server_without_pause'" in text
     assert "use sglang, or partial_rollout = 'finish'" in text
+
+
+def test_continuing_partial_rollouts_outside_async_is_refused_rather_than_ignored():
+    cfg = async_config(partial_rollout="continue")
+    cfg.trainer = dataclasses.replace(cfg.trainer, rollout_mode="one_step_off")
+    with pytest.raises(ValueError, match=r"applies to rollout_mode = 'async' \(in 'one_step_off'"):
+        cfg.validate()

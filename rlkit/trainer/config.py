@@ -576,6 +576,12 @@ def rollout_mode_problems(config: ExperimentConfig) -> list[str]:
     the main thread). ``async`` also needs a ``max_staleness`` of at least one step's
     optimizer steps, and draws no prompts outside step order (no DAPO refills)."""
     mode, engine = config.trainer.rollout_mode, config.rollout.engine
+    if mode != "async" and config.trainer.partial_rollout != "finish":
+        return [
+            f"TrainerConfig.partial_rollout = {config.trainer.partial_rollout!r} applies to "
+            f"rollout_mode = 'async' (in {mode!r} no generation runs during a weight sync): "
+            f"set rollout_mode = 'async', or leave partial_rollout at 'finish'"
+        ]
     if mode not in ROLLOUT_MODES[1:]:
         return []
     from rlkit.registry import ROLLOUT_ENGINES, UnknownNameError

@@ -409,18 +409,21 @@ def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_
     assert all(m["async/staleness/max"] <= 2 for m in history)
 
 
-def test_the_overlap_benchmark_prints_both_modes_and_their_ratio(
+def test_the_overlap_benchmark_prints_every_mode_and_its_ratio_to_sync(
     demo_model_dir, server_url, capsys
 ):
     benchmark = load_benchmark("async_overlap.py")
     argv = ["--model", str(demo_model_dir), "--url", server_url, "--prompts", "4"]
     argv += ["--new-tokens", "6", "--steps", "2", "--warmup", "1", "--rounds", "1"]
+    argv += ["--modes", "sync,one_step_off,async", "--stop-ids", "2"]
+    argv += ["--partial-rollout", "continue"]
     assert benchmark.main(argv) == 0
     out = capsys.readouterr().out
     rows = {line.split("|")[1].strip(): line for line in out.splitlines() if line.startswith("| ")}
-    assert {"sync", "one_step_off"} <= set(rows)
-    for mode in ("sync", "one_step_off"):
+    assert {"sync", "one_step_off", "async"} <= set(rows)
+    for mode in ("sync", "one_step_off", "async"):
         step_s, tokens_per_s = (float(c.replace(",", "")) for c in rows[mode].split("|")[2:4])
         assert step_s > 0 and tokens_per_s > 0
-    (ratio,) = out.rsplit("one_step_off / sync tokens/s per round: ", 1)[1].split()
-    assert float(ratio) > 0
+    for mode in ("one_step_off", "async"):
+        (ratio,) = out.rsplit(f"{mode} / sync tokens/s per round: ", 1)[1].split()[:1]
+        assert float(ratio) > 0
