@@ -19,6 +19,7 @@ import logging
 import math
 import numbers
 import pickle
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 # Worker pools outlive a call (starting processes takes seconds); a few are kept.
 _MAX_CACHED_POOLS = 4
 _pools: OrderedDict[tuple[bytes, int], RewardWorkerPool] = OrderedDict()
+_pools_lock = threading.Lock()  # rollouts generated ahead score from several threads
 
 
 @dataclass
@@ -143,14 +145,15 @@ def _shared_pool(reward: str | Callable[..., Any], num_workers: int) -> RewardWo
         key = (pickle.dumps(reward), num_workers)
     except Exception:  # unpicklable: let the pool raise its explanatory error
         return RewardWorkerPool(reward, num_workers)
-    if key in _pools:
-        _pools.move_to_end(key)
-        return _pools[key]
-    pool = RewardWorkerPool(reward, num_workers)
-    _pools[key] = pool
-    if len(_pools) > _MAX_CACHED_POOLS:
-        _pools.popitem(last=False)[1].close()
-    return pool
+    with _pools_lock:
+        if key in _pools:
+            _pools.move_to_end(key)
+            return _pools[key]
+        pool = RewardWorkerPool(reward, num_workers)
+        _pools[key] = pool
+        if len(_pools) > _MAX_CACHED_POOLS:
+            _pools.popitem(last=False)[1].close()
+        return pool
 
 
 @atexit.register

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import pickle
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -97,6 +98,11 @@ class RewardWorkerPool:
     start_timeout_s: float = 120.0
     _payload: bytes = field(init=False, repr=False)
     _workers: list[_Worker] = field(init=False, default_factory=list, repr=False)
+    # Rollouts generated ahead score in several threads; the workers' pipes carry one
+    # batch at a time.
+    _lock: threading.Lock = field(
+        init=False, default_factory=threading.Lock, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_workers, int) or self.num_workers < 1:
@@ -138,6 +144,12 @@ class RewardWorkerPool:
         Raises:
             RuntimeError: a worker could not load the reward or did not start in time.
         """
+        with self._lock:
+            return self._map(calls, timeout_s, deadline_s)
+
+    def _map(
+        self, calls: Sequence[Call], timeout_s: float | None, deadline_s: float | None
+    ) -> list[CallResult]:
         results: list[CallResult | None] = [None] * len(calls)
         queue = deque(range(len(calls)))
         try:

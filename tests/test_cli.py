@@ -8,6 +8,7 @@ import pytest
 
 from rlkit.cli import main
 from tests.gin_files import arithmetic_gin
+from tests.interrupts import ctrl_c
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,7 +120,6 @@ def _tiny_gin(model, out, steps: int) -> str:
 
 def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model_dir, tmp_path):
     import os
-    import signal
     import time
 
     cfg = tmp_path / "experiment.gin"
@@ -140,13 +140,7 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
             if line.startswith("rlkit: platform=") or time.monotonic() > deadline:
                 break
         time.sleep(1.0)  # into the steps
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)
-            _, stderr = proc.communicate(timeout=30)
-            pytest.fail(f"Ctrl-C did not stop the run in 60 s; where it was:\n{stderr[-6000:]}")
+        stderr = ctrl_c(proc, timeout_s=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]

@@ -209,3 +209,28 @@ def test_bad_inputs_raise_clear_errors(args, kwargs, error, match):
 def test_unknown_reward_name_lists_the_known_ones():
     with pytest.raises(KeyError, match="gsm8k"):
         score_batch("gsm8kk", ["a"], ["b"])
+
+
+def test_threads_scoring_at_once_share_the_worker_pool_one_batch_at_a_time():
+    # Rollouts generated ahead of the trainer score from several threads; the shared
+    # pool's pipes must not mix their batches. 6 threads x 40 responses each: response
+    # "#### k" against truth "k" scores 1, against "k + 1" scores 0.
+    results: dict[int, list[float]] = {}
+    errors: list[BaseException] = []
+
+    def score(t: int) -> None:
+        try:
+            responses = [f"#### {t * 100 + i}" for i in range(40)]
+            truths = [str(t * 100 + i + (i % 2)) for i in range(40)]
+            results[t] = score_batch("gsm8k", responses, truths, num_workers=2).scores
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=score, args=(t,)) for t in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    for t in range(6):
+        assert results[t] == [1.0 if i % 2 == 0 else 0.0 for i in range(40)]

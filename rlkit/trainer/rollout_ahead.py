@@ -18,12 +18,13 @@ source alone. The order of events, for depth ``d``::
 Generation never waits for the trainer except at the depth bound and during a sync.
 Calls running when new weights arrive either finish under the weights they started with
 while the sync waits for them (``partial_rollout = "finish"``), or are paused, synced and
-continued under the new weights (``"continue"``; the engine reports each token's version). Batch ``k+d``'s tokens come from
-weights ``k`` or newer and train at weights ``k+d``: at most ``d * u <= max_staleness``
-versions old, which every step checks and logs as ``async/staleness/{mean,max}``. In
-``async`` each prompt is its own generation call, so a sync waits for the calls running,
-not for whole batches. The recorded rollout log-probs make the lag correctable with the
-rollout corrections (``AlgorithmConfig.rollout_is_level``).
+continued under the new weights (``"continue"``; the engine reports each token's
+version). Batch ``k+d``'s tokens come from weights ``k`` or newer and train at weights
+``k+d``: at most ``d * u <= max_staleness`` versions old, which every step checks and
+logs as ``async/staleness/{mean,max}``. In ``async`` each prompt is its own generation
+call, so a sync waits for the calls running, not for whole batches. The recorded rollout
+log-probs make the lag correctable with the rollout corrections
+(``AlgorithmConfig.rollout_is_level``).
 
 What a stop keeps: a checkpoint records the prompt sampler's position before the earliest
 batch in flight was drawn, so a resumed run generates the batches in flight again (they
@@ -226,7 +227,7 @@ class RolloutAhead:
 
     def _async_metrics(self, queued: int) -> dict[str, float]:
         """The queue's size (responses finished for later steps) and the generation calls
-        that finished under older weights while a sync waited, since the last step."""
+        running when a sync began (finished, or continued, across it) since the last step."""
         across = self.source.gate.finished_across_sync
         partial, self._reported_across = across - self._reported_across, across
         return {"async/queue_size": float(queued), "async/partial_rollouts": float(partial)}

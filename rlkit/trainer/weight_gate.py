@@ -6,9 +6,12 @@ several generation calls in flight while the trainer asks for new weights to be 
 
 * a generation call enters :meth:`WeightGate.generating` and reads the version the engine
   holds; any number may be inside at once;
-* a sync enters :meth:`WeightGate.syncing`: no new call starts, the calls already inside
-  finish under the weights they started with (``partial_rollout = "finish"``), then the
-  engine takes the new weights and the waiting calls start with them.
+* a sync enters :meth:`WeightGate.syncing` (or :meth:`begin_sync`, :meth:`wait_drained`,
+  :meth:`end_sync` from two threads): no new call starts, the calls already inside finish
+  under the weights they started with (``partial_rollout = "finish"``), then the engine
+  takes the new weights and the waiting calls start with them. With ``"continue"`` the
+  sync skips :meth:`wait_drained`; the engine then reports the version of each token of
+  the calls it updated under.
 
 A call's version is therefore exact for all its tokens, multi-turn calls included.
 """
@@ -30,8 +33,8 @@ class WeightGate:
         self.version = version
         """The weights version the engine samples from; changes only inside a sync."""
         self.finished_across_sync = 0
-        """Generation calls that were running when a sync was asked for and finished
-        under the older weights before it (``async/partial_rollouts``)."""
+        """Generation calls that were running when a sync began: they finish under the
+        older weights, or go on under the newer (``async/partial_rollouts``)."""
 
     @contextmanager
     def generating(self) -> Iterator[int]:

@@ -19,23 +19,29 @@ from tests.sglang.conftest import CPU_SERVER, require_sglang
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def server_url(demo_model_dir, tmp_path_factory):
-    """One CPU SGLang server serving the demo model; the runs attach to it by URL."""
+def module_server(model_dir, tmp_path_factory, name: str):
+    """A CPU SGLang server serving ``model_dir`` for the module's runs (they attach to it
+    by URL); yields its URL."""
     require_sglang()
     from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
 
     engine = ROLLOUT_ENGINES.get("sglang")(
-        model_path=str(demo_model_dir),
+        model_path=str(model_dir),
         seed=0,
         num_servers=1,
-        log_dir=str(tmp_path_factory.mktemp("one_step_off_server")),
+        log_dir=str(tmp_path_factory.mktemp(name)),
         **CPU_SERVER,
     )
     try:
         yield engine.sync_endpoints[0].url
     finally:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def server_url(demo_model_dir, tmp_path_factory):
+    """The demo model's server."""
+    yield from module_server(demo_model_dir, tmp_path_factory, "one_step_off_server")
 
 
 def one_step_off_run(
@@ -199,20 +205,7 @@ def test_async_keeps_every_token_within_max_staleness_and_resumes_both_batches_i
 @pytest.fixture(scope="module")
 def tool_server_url(tool_model_dir, tmp_path_factory):
     """A second server, serving the model warmed up to call the calculator."""
-    require_sglang()
-    from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
-
-    engine = ROLLOUT_ENGINES.get("sglang")(
-        model_path=str(tool_model_dir),
-        seed=0,
-        num_servers=1,
-        log_dir=str(tmp_path_factory.mktemp("one_step_off_tool_server")),
-        **CPU_SERVER,
-    )
-    try:
-        yield engine.sync_endpoints[0].url
-    finally:
-        engine.close()
+    yield from module_server(tool_model_dir, tmp_path_factory, "one_step_off_tool_server")
 
 
 def test_one_step_off_runs_the_multi_turn_tool_loop_in_the_rollout_thread(
@@ -298,13 +291,13 @@ def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
     trained (the batches in flight are regenerated on resume), and the resumed run ends
     there too."""
     import os
-    import signal
     import subprocess
     import sys
     import time
     from pathlib import Path
 
     from tests.gin_files import arithmetic_gin
+    from tests.interrupts import ctrl_c
 
     out = tmp_path / "run"
     cfg = tmp_path / "async.gin"
@@ -333,13 +326,7 @@ def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
             assert time.monotonic() < deadline, "no checkpoint of step 4 in 240 s"
             time.sleep(0.05)
         time.sleep(0.3)  # into step 5 or 6: batches in flight
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, stderr = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
-            _, stderr = proc.communicate(timeout=30)
-            pytest.fail(f"Ctrl-C did not stop the run in 120 s; where it was:\n{stderr[-8000:]}")
+        stderr = ctrl_c(proc, timeout_s=120)
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]
