@@ -107,3 +107,15 @@ def test_the_one_step_off_demo_validates_with_a_server_engine_and_reward_workers
     config.validate()  # one_step_off's own checks: an engine with its own weights, workers
     assert config.trainer.rollout_mode == "one_step_off"
     assert config.rollout.engine == "sglang" and config.data.reward_workers == 1
+
+
+def test_the_async_demo_validates_two_steps_ahead_continuing_partial_rollouts(tiny_model_dir):
+    from rlkit.trainer.config import async_depth
+
+    parse_config([str(EXPERIMENTS / "demo_async.gin")], [f"ModelConfig.path = '{tiny_model_dir}'"])
+    config = ExperimentConfig.from_gin()
+    config.validate()
+    assert config.trainer.rollout_mode == "async"
+    assert config.trainer.partial_rollout == "continue"
+    # One optimizer step per step (64 prompts, mini-batches of 64): 2 versions = 2 steps.
+    assert async_depth(config) == (2, 2)
