@@ -95,8 +95,8 @@ class RolloutSource:
         self.gate = WeightGate(weights.version)
         """Orders generation calls and weight syncs; holds the engine's weights version."""
         self.finished_samples: Counter[int] = Counter()
-        self._count_lock = threading.Lock()
         """Responses generated per step, for steps whose batch is still being generated."""
+        self._count_lock = threading.Lock()
         self.concurrent_prompts = concurrent_prompts
         self._call_slots = threading.BoundedSemaphore(max(1, concurrent_prompts))
         self._undeclared: set[str] = set()
