@@ -30,6 +30,10 @@ value | note); a section that fails puts its error in the table and the next one
 6. ``fsdp2``: ``TrainingBackend(strategy="fsdp2", mixed_precision="bf16")`` in this
    single process, the 0.5B actor, 3 steps (forward, backward, clip, AdamW); step times
    and whether every loss is finite.
+7. ``vllm rollout``: where vLLM is installed (``scripts/install_vllm.sh``, or
+   ``RLKIT_VLLM_PYTHON``), the vLLM engine with one server on the rollout model of 2
+   (bf16 on a GPU; on a CPU a tiny model with heads of 32, the smallest vLLM's CPU
+   attention runs): tokens/s at each concurrency and the seconds of one weight sync.
 
 ``--tiny`` runs the same code paths at tiny sizes (the byte-tokenizer Qwen2 of
 :mod:`rlkit.models.tiny`, a few rows of a few dozen tokens) in under a minute on a CPU;
@@ -94,6 +98,7 @@ SECTIONS = (
     "remove padding",
     "shared prefix",
     "fsdp2",
+    "vllm rollout",
 )
 
 
@@ -116,6 +121,8 @@ QWEN_05B = ModelShape("0.5B", 896, 24, 14, 2, 4864)
 QWEN_15B = ModelShape("1.5B", 1536, 28, 12, 2, 8960)
 TINY_A = ModelShape("tiny 64x2", 64, 2, 4, 2, 128, vocab=0, tiny=True)
 TINY_B = ModelShape("tiny 128x2", 128, 2, 4, 2, 256, vocab=0, tiny=True)
+# Two heads of 32: the smallest head size vLLM's CPU attention implements.
+TINY_V = ModelShape("tiny 64x2 (heads 2x32)", 64, 2, 2, 1, 128, vocab=0, tiny=True)
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,7 @@ class Sizes:
     fsdp_rows: int
     fsdp_prompt: int
     fsdp_response: int
+    vllm_model: ModelShape = QWEN_05B
     fsdp_steps: int = 3
 
 
@@ -194,6 +202,7 @@ TINY = Sizes(
     fsdp_rows=2,
     fsdp_prompt=8,
     fsdp_response=24,
+    vllm_model=TINY_V,
 )
 
 
@@ -845,6 +854,79 @@ def section_fsdp2(ctx: Context) -> None:
     )
 
 
+def section_vllm_rollout(ctx: Context) -> None:
+    """7. The vLLM engine (one server of vLLM's own environment) on the rollout sizes:
+    tokens/s at each concurrency and the seconds of one weight sync (reload from disk)."""
+    from rlkit.rollout.servers.errors import ServerStartError
+    from rlkit.rollout.vllm.server import check_vllm_install, find_vllm_python
+
+    try:
+        version = check_vllm_install(find_vllm_python())
+    except ServerStartError as exc:
+        ctx.table.add("vllm rollout", "-", "n/a", "-", f"not measured: {exc}")
+        return
+    import rlkit.rollout  # noqa: F401  (registers "vllm")
+    from rlkit.registry import ROLLOUT_ENGINES
+
+    s = ctx.sizes
+    shape = s.vllm_model
+    model = build_model(ctx, shape).eval()
+    path = ctx.workdir / "vllm_model"
+    model.save_pretrained(path)
+    _byte_tokenizer().save_pretrained(path)
+    if ctx.cuda:
+        torch.cuda.empty_cache()  # the server allocates its share of what is free
+    options = (
+        {"device": "cuda", "dtype": "bfloat16", "gpu_memory_utilization": 0.5}
+        if ctx.cuda
+        else {"device": "cpu", "dtype": "float32", "server_args": ["--enforce-eager"]}
+    )
+    engine = ROLLOUT_ENGINES.get("vllm")(
+        model_path=str(path),
+        num_servers=1,
+        log_dir=str(ctx.workdir / "vllm_logs"),
+        verify_tolerance=float("inf"),
+        **options,
+    )
+    # Byte-token prompts (ids 3..258): ids the saved tokenizer can also print.
+    gen = torch.Generator().manual_seed(2)
+    try:
+        for conc in s.rollout_concurrency:
+            engine.max_concurrency = conc
+            prompts = torch.randint(3, 259, (conc, s.rollout_prompt), generator=gen).tolist()
+            engine.generate(prompts[:2], SamplingParams(max_new_tokens=4))  # warm-up
+            params = SamplingParams(max_new_tokens=s.rollout_new_tokens, temperature=1.0)
+            start = time.perf_counter()
+            out = engine.generate(prompts, params)
+            elapsed = time.perf_counter() - start
+            generated = sum(len(r) for r in out.response_ids)
+            note = (
+                f"{conc} prompts x up to {s.rollout_new_tokens} new tokens in {elapsed:.2f} s, "
+                f"vLLM {version}, {options['dtype']}"
+            )
+            ctx.table.add(
+                "vllm rollout",
+                f"{shape.name}, {conc} concurrent seqs",
+                "tokens/s",
+                fmt(generated / elapsed),
+                note,
+            )
+        from rlkit.trainer.policy_weights import FrozenPolicyWeights
+
+        metrics = engine.sync_weights(FrozenPolicyWeights(model, None, 1))
+        ctx.table.add(
+            "vllm rollout",
+            shape.name,
+            "weight sync s",
+            fmt(metrics["timing_s/weight_sync"]),
+            f"snapshot + reload from disk; log-prob diff after it "
+            f"{metrics['weight_sync/logprob_max_abs_diff']:.2g}",
+        )
+    finally:
+        engine.close()
+        del model
+
+
 SECTION_FUNCTIONS: dict[str, Callable[[Context], None]] = {
     "update step": section_update_step,
     "rollout": section_rollout,
@@ -852,6 +934,7 @@ SECTION_FUNCTIONS: dict[str, Callable[[Context], None]] = {
     "remove padding": section_remove_padding,
     "shared prefix": section_shared_prefix,
     "fsdp2": section_fsdp2,
+    "vllm rollout": section_vllm_rollout,
 }
 
 

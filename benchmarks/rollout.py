@@ -1,10 +1,10 @@
-"""Rollout throughput, HF engine (both decode loops) vs SGLang engine, and SGLang weight-sync time.
+"""Rollout throughput, HF engine (both decode loops) vs SGLang and vLLM engines, and weight-sync time.
 
 Both engines generate from the same locally built random Qwen2 (no hub access), the
 same prompts and the same sampling settings; tokens/s counts the response tokens
 actually generated (a response may stop early at EOS). "concurrency" is the number
-of sequences in flight: the HF engine's ``generation_batch_size`` and the SGLang
-engine's ``max_concurrency`` (one request per sequence, ``n = 1``). The HF engine runs
+of sequences in flight: the HF engine's ``generation_batch_size`` and the server
+engines' ``max_concurrency`` (one request per sequence, ``n = 1``). The HF engine runs
 with its default decode loop (``rlkit``: finished rows leave the batch) and with
 ``decode_loop="generate"`` (``transformers``' ``generate``).
 
@@ -14,7 +14,8 @@ with its default decode loop (``rlkit``: finished rows leave the batch) and with
         --layers 16 --prompts 256 --concurrency 1,64,256   # GPU (benchmarks/rollout_gpu.sh)
 
 Prints a Markdown table of tokens/s and one of weight-sync times (median of
-``--sync-repeats``) for each sync mode (``distributed`` uses gloo on CPU, NCCL on GPU).
+``--sync-repeats``) for each sync method: SGLang's modes (``distributed`` uses gloo on
+CPU, NCCL on GPU) and vLLM's reload of a snapshot from disk.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from benchmarks.host_cpu import cpu_name  # noqa: E402
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer  # noqa: E402
 from rlkit.registry import ROLLOUT_ENGINES  # noqa: E402
 from rlkit.rollout.base import SamplingParams  # noqa: E402
@@ -55,6 +57,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sync-repeats", type=int, default=3)
     p.add_argument("--modes", default="disk,tensor,distributed")
     p.add_argument("--skip-hf", action="store_true")
+    p.add_argument("--engines", default="sglang,vllm", help="server engines to time")
+    p.add_argument(
+        "--vllm-eager",
+        action="store_true",
+        help="start vLLM with --enforce-eager (no compiled graphs: faster start, slower decode)",
+    )
     p.add_argument(
         "--busy-poll",
         action="store_true",
@@ -97,83 +105,133 @@ def tokens_per_s(engine, batch_prompts, params) -> float:
     return sum(len(r) for r in batch.response_ids) / elapsed
 
 
+def start_server_engine(name: str, args: argparse.Namespace, path: Path, tok, log_dir: Path):
+    """The SGLang or vLLM engine with one server serving ``path``."""
+    import rlkit.rollout  # noqa: F401  (registers "sglang" and "vllm")
+
+    common = {
+        "model_path": str(path),
+        "tokenizer": tok,
+        "num_servers": 1,
+        "device": args.device,
+        "dtype": args.dtype,
+        "log_dir": str(log_dir / name),
+        "verify_tolerance": float("inf"),
+    }
+    if name == "sglang":
+        return ROLLOUT_ENGINES.get("sglang")(
+            **common,
+            max_total_tokens=args.max_total_tokens,
+            mem_fraction_static=args.mem_fraction_static,
+            attention_backend="torch_native" if args.device == "cpu" else None,
+            sleep_on_idle=not args.busy_poll,
+        )
+    return ROLLOUT_ENGINES.get("vllm")(
+        **common,
+        gpu_memory_utilization=args.mem_fraction_static,
+        server_args=["--enforce-eager"] if args.vllm_eager else [],
+    )
+
+
+def sync_times(engine, model, modes: list[str], repeats: int, first_version: int) -> list[tuple]:
+    """(method, median seconds, log-prob diff after the sync) per weight-sync method."""
+    rows = []
+    for mode in modes:
+        if hasattr(engine, "weight_sync_mode"):
+            engine.weight_sync_mode = mode
+        times = []
+        for r in range(repeats):
+            m = engine.sync_weights(LocalPolicyWeights(model, version=first_version + r))
+            times.append(m["timing_s/weight_sync"])
+        first_version += repeats
+        rows.append((mode, statistics.median(times), m["weight_sync/logprob_max_abs_diff"]))
+    return rows
+
+
+def hf_tokens_per_s(weights, ps, params, concurrency: int) -> dict[str, float]:
+    from rlkit.rollout.hf_engine import HFEngine
+
+    return {
+        loop: tokens_per_s(
+            HFEngine(
+                weights,
+                pad_token_id=0,
+                eos_token_ids=[2],
+                generation_batch_size=concurrency,
+                decode_loop=loop,
+            ),
+            ps,
+            params,
+        )
+        for loop in ("rlkit", "generate")
+    }
+
+
+#: The weight-sync methods of each server engine (vLLM reloads a snapshot from disk).
+SYNC_METHODS = {"vllm": ["reload from disk"]}
+
+
 def main() -> None:
     args = parse_args()
     conc = [int(c) for c in args.concurrency.split(",")]
+    engines = [e for e in args.engines.split(",") if e]
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=args.temperature)
+    nan = {"rlkit": float("nan"), "generate": float("nan")}
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         path, model, tok = build_model(args, root)
         weights = LocalPolicyWeights(model, version=1)
         ps = prompts(args)
-        import rlkit.rollout.sglang  # noqa: F401  (registers "sglang")
-
-        rows = []
-        sglang = ROLLOUT_ENGINES.get("sglang")(
-            model_path=str(path),
-            tokenizer=tok,
-            num_servers=1,
-            device=args.device,
-            dtype=args.dtype,
-            max_total_tokens=args.max_total_tokens,
-            mem_fraction_static=args.mem_fraction_static,
-            attention_backend="torch_native" if args.device == "cpu" else None,
-            log_dir=str(root / "logs"),
-            verify_tolerance=float("inf"),
-            sleep_on_idle=not args.busy_poll,
-        )
-        try:
-            for c in conc:
-                sglang.max_concurrency = c
-                sg = tokens_per_s(sglang, ps, params)
-                hf = {loop: float("nan") for loop in ("rlkit", "generate")}
-                if not args.skip_hf:
-                    from rlkit.rollout.hf_engine import HFEngine
-
-                    for loop in hf:
-                        hf_engine = HFEngine(
-                            weights,
-                            pad_token_id=0,
-                            eos_token_ids=[2],
-                            generation_batch_size=c,
-                            decode_loop=loop,
-                        )
-                        hf[loop] = tokens_per_s(hf_engine, ps, params)
-                rows.append((c, hf, sg))
-            sync_rows = []
-            for mode in args.modes.split(","):
-                sglang.weight_sync_mode = mode
-                times = []
-                for r in range(args.sync_repeats):
-                    m = sglang.sync_weights(
-                        LocalPolicyWeights(model, version=2 + r + 10 * len(sync_rows))
-                    )
-                    times.append(m["timing_s/weight_sync"])
-                diff = m["weight_sync/logprob_max_abs_diff"]
-                sync_rows.append((mode, statistics.median(times), diff))
-        finally:
-            sglang.close()
+        speed = {c: {} for c in conc}
+        for c in conc:
+            speed[c].update(nan if args.skip_hf else hf_tokens_per_s(weights, ps, params, c))
+        sync_rows = []
+        for name in engines:
+            engine = start_server_engine(name, args, path, tok, root / "logs")
+            try:
+                for c in conc:
+                    engine.max_concurrency = c
+                    speed[c][name] = tokens_per_s(engine, ps, params)
+                modes = SYNC_METHODS.get(name, args.modes.split(","))
+                version = 2 + 100 * len(sync_rows)
+                sync_rows += [
+                    (name, *row)
+                    for row in sync_times(engine, model, modes, args.sync_repeats, version)
+                ]
+            finally:
+                engine.close()
     size = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
     print(
         f"\nmodel: Qwen2 hidden {args.hidden_size}, {args.layers} layers, {size:.1f} MiB "
-        f"({args.dtype}, {args.device}); {args.prompts} prompts x {args.prompt_length} tokens, "
-        f"{args.new_tokens} new tokens, temperature {args.temperature}\n"
+        f"({args.dtype}, {args.device}, {cpu_name()}); {args.prompts} prompts x "
+        f"{args.prompt_length} tokens, {args.new_tokens} new tokens, temperature "
+        f"{args.temperature}\n"
     )
+    columns = ["HF engine, rlkit loop", "HF engine, generate loop"]
+    columns += [f"{ENGINE_NAMES[e]} engine" for e in engines]
+    ratios = ["rlkit loop / generate loop"] + [f"{ENGINE_NAMES[e]} / rlkit loop" for e in engines]
     print(
-        "| concurrent sequences | HF engine, rlkit loop tokens/s | HF engine, generate loop "
-        "tokens/s | SGLang engine tokens/s | rlkit loop / generate loop | SGLang / rlkit loop |"
+        "| concurrent sequences | "
+        + " | ".join(f"{c} tokens/s" for c in columns)
+        + " | "
+        + " | ".join(ratios)
+        + " |"
     )
-    print("|---:|---:|---:|---:|---:|---:|")
-    for c, hf, sg in rows:
-        ours, theirs = hf["rlkit"], hf["generate"]
-        print(
-            f"| {c} | {ours:,.0f} | {theirs:,.0f} | {sg:,.0f} | {ours / theirs:.2f}x "
-            f"| {sg / ours:.2f}x |"
-        )
-    print("\n| weight sync mode | median time (s) | max abs log-prob diff after sync |")
-    print("|---|---:|---:|")
-    for mode, t, diff in sync_rows:
-        print(f"| {mode} | {t:.3f} | {diff:.2e} |")
+    print("|---:" * (1 + len(columns) + len(ratios)) + "|")
+    for c in conc:
+        ours = speed[c]["rlkit"]
+        values = [ours, speed[c]["generate"]] + [speed[c][e] for e in engines]
+        cells = [f"{v:,.0f}" for v in values]
+        cells += [f"{ours / speed[c]['generate']:.2f}x"]
+        cells += [f"{speed[c][e] / ours:.2f}x" for e in engines]
+        print(f"| {c} | " + " | ".join(cells) + " |")
+    print("\n| engine | weight sync method | median time (s) | max abs log-prob diff after sync |")
+    print("|---|---|---:|---:|")
+    for name, mode, t, diff in sync_rows:
+        print(f"| {ENGINE_NAMES[name]} | {mode} | {t:.3f} | {diff:.2e} |")
+
+
+ENGINE_NAMES = {"sglang": "SGLang", "vllm": "vLLM"}
 
 
 if __name__ == "__main__":

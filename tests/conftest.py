@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from rlkit.trainer.backend import LAUNCH_VARS
+
 NUM_THREADS_VAR = "RLKIT_TEST_NUM_THREADS"
 
 
@@ -109,3 +111,27 @@ def smollm2_dir(tmp_path_factory) -> str:
     from rlkit.models.smollm2 import smollm2_model_dir
 
     return smollm2_model_dir(cache_dir=str(tmp_path_factory.mktemp("smollm2") / "model"))
+
+
+# A one-process torchrun launch's variables (set by an open trainer backend), and the flag
+# `accelerate launch` sets.
+_LAUNCH_ENV = (*LAUNCH_VARS, "ACCELERATE_USE_FSDP")
+
+
+@pytest.fixture(autouse=True)
+def _launch_env_unchanged(request):
+    """A test that leaves launch variables behind would hand them to every
+    later `rlkit train` child (a stale MASTER_PORT, a WORLD_SIZE of 2), so
+    the leak is undone here and reported at the test that made it."""
+    before = {name: os.environ.get(name) for name in _LAUNCH_ENV}
+    yield
+    after = {name: os.environ.get(name) for name in _LAUNCH_ENV}
+    if after == before:
+        return
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    changed = {n: (before[n], after[n]) for n in _LAUNCH_ENV if before[n] != after[n]}
+    pytest.fail(f"{request.node.nodeid} left launch variables changed: {changed}")

@@ -19,6 +19,7 @@ SECTIONS = (
     "remove padding",
     "shared prefix",
     "fsdp2",
+    "vllm rollout",
 )
 
 
@@ -58,6 +59,11 @@ def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
     assert [r[3] for r in by_section["update step"] if r[2] == "MFU"] == ["n/a", "n/a"]
     rollout = [r for r in by_section["rollout"] if r[2] == "tokens/s"]
     assert len(rollout) == 2 and all("all rows ran to length" in r[4] for r in rollout)
+    # vLLM is installed here (.venv-vllm): its server ran the tiny model.
+    served = [r for r in by_section["vllm rollout"] if r[2] == "tokens/s"]
+    assert len(served) == 2 and all(float(r[3].replace(",", "")) > 0 for r in served)
+    (sync,) = [r for r in by_section["vllm rollout"] if r[2] == "weight sync s"]
+    assert float(sync[3]) > 0 and "reload from disk" in sync[4]
     memory = {r[2]: r for r in by_section["fused log-prob"]}
     assert "151,936" in memory["fused peak GiB"][1]
     assert float(memory["fused / naive memory"][3]) < 1.0  # the naive kernel holds V-wide logits

@@ -135,11 +135,13 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        for line in proc.stdout:  # the run has started once setup prints its summary
-            if line.startswith("rlkit: platform=") or time.monotonic() > deadline:
+        # The steps have begun once the validation before RL prints its line (setup,
+        # imports and the first validation take longer on a loaded machine).
+        deadline = time.monotonic() + 180
+        for line in proc.stdout:
+            if line.startswith("before RL:") or time.monotonic() > deadline:
                 break
-        time.sleep(1.0)  # into the steps
+        time.sleep(0.5)  # into the first steps
         stderr = ctrl_c(proc, timeout_s=60)
     finally:
         proc.kill()

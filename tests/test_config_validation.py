@@ -216,7 +216,7 @@ def test_one_step_off_with_the_embedded_engine_names_the_engines_that_can_run_ah
     text = str(info.value)
     assert "TrainerConfig.rollout_mode = 'one_step_off'" in text
     assert "RolloutConfig.engine = 'hf'" in text
-    assert "(sglang)" in text and "rollout_mode = 'sync'" in text
+    assert "(sglang, vllm)" in text and "rollout_mode = 'sync'" in text
 
 
 def test_one_step_off_in_a_launch_of_several_processes_is_refused(monkeypatch):

@@ -31,7 +31,8 @@ from tests.sglang.local_policy import LocalPolicyWeights
 #: Every registered engine, and the test below that checks its declared metric names.
 CHECKED_ENGINES = {
     "hf": "test_hf_engine_declares_every_metric_it_emits",
-    "sglang": "test_sglang_engine_declares_every_metric_it_emits",
+    "sglang": "test_server_engines_declare_every_metric_they_emit",
+    "vllm": "test_server_engines_declare_every_metric_they_emit",
 }
 
 
@@ -152,15 +153,18 @@ def test_hf_engine_declares_every_metric_it_emits(tiny_model_dir, decode_loop):
     assert_declared(baseline, turns.metrics)
 
 
-def test_sglang_engine_declares_every_metric_it_emits(monkeypatch):
-    """The metrics ``generate`` and ``SGLangTurns`` build, with the server answers
+@pytest.mark.parametrize("name", ["sglang", "vllm"])
+def test_server_engines_declare_every_metric_they_emit(monkeypatch, name):
+    """The metrics ``generate`` and ``ServerTurns`` build, with the server answers
     replaced (no server: the address is never contacted)."""
-    import rlkit.rollout.sglang  # noqa: F401 - registers the engine
-    from rlkit.rollout.sglang.client import Sample
-    from rlkit.rollout.sglang.engine import SGLangEngine
+    import rlkit.rollout  # noqa: F401 - registers the engines
+    from rlkit.rollout.servers.engine import ServerRolloutEngine
+    from rlkit.rollout.servers.sample import Sample
 
-    engine = ROLLOUT_ENGINES.get("sglang")(urls=["http://127.0.0.1:1"])
-    assert isinstance(engine, SGLangEngine)
+    # The vLLM engine checks at construction that attached servers answer /health.
+    monkeypatch.setattr("rlkit.rollout.vllm.engine._check_attached", lambda urls, router: None)
+    engine = ROLLOUT_ENGINES.get(name)(urls=["http://127.0.0.1:1"])
+    assert isinstance(engine, ServerRolloutEngine)
     stats = Counter(requests=3, retries=1, duplicates=0)
 
     async def answers(prompts: list[list[int]], params: SamplingParams) -> Any:
@@ -190,7 +194,8 @@ def test_sglang_engine_declares_every_metric_it_emits(monkeypatch):
 
 
 def test_weight_version_spans_give_each_token_the_version_that_sampled_it():
-    from rlkit.rollout.sglang.client import RequestError, span_versions
+    from rlkit.rollout.servers.errors import RequestError
+    from rlkit.rollout.sglang.client import span_versions
 
     # 5 tokens: 3 sampled by the initial weights ('init': the caller's version), then a
     # sync to version 7 under the running request, then 2 by version 7.

@@ -207,8 +207,8 @@ def build_engine(args: argparse.Namespace, tokenizer: Any, n: int, model: str | 
 
     model = args.model if model is None else model
     options = parse_options(args.engine_option, "--engine-option")
-    if args.engine == "sglang":
-        import rlkit.rollout.sglang  # noqa: F401  (registers the engine)
+    if args.engine in ("sglang", "vllm"):
+        import rlkit.rollout  # noqa: F401  (registers the engines)
     if args.engine in ("hf", "transformers"):
         options.setdefault("generation_batch_size", args.batch_size * n)
         options.setdefault("extra_eos_token_ids", generation_eos_ids(model))

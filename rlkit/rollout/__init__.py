@@ -20,4 +20,5 @@ __all__ = [
 from rlkit.rollout import (
     hf_engine,  # noqa: E402,F401
     sglang,  # noqa: E402,F401
+    vllm,  # noqa: E402,F401
 )

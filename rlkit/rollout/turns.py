@@ -11,7 +11,7 @@ batched is the engine's business:
   worker thread so tools keep running. Each turn prefills its whole context again.
 * The embedded engine continues each trajectory's KV cache across turns
   (:mod:`rlkit.rollout.continuous_decode`); SGLang sends each turn as its own
-  request (:class:`rlkit.rollout.sglang.engine.SGLangTurns`), the server's prefix
+  request (:class:`rlkit.rollout.servers.engine.ServerTurns`), the server's prefix
   cache reusing the context.
 
 Every engine's :meth:`RolloutEngine.turns` returns its generator; the default is

@@ -62,8 +62,8 @@ _REDUCE_OPS = {
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
 }
-# Environment of a one-process torchrun launch; see `_single_process_launch_env`.
-_LAUNCH_VARS = (
+#: Environment of a one-process torchrun launch; see `_single_process_launch_env`.
+LAUNCH_VARS = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "RANK",
@@ -123,7 +123,7 @@ def _single_process_launch_env() -> dict[str, str | None]:
     launched process, so the variables torchrun would set are set here; on CUDA/NPU this
     yields accelerate's ordinary one-process FSDP state.
     """
-    previous = {name: os.environ.get(name) for name in _LAUNCH_VARS}
+    previous = {name: os.environ.get(name) for name in LAUNCH_VARS}
     values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0"}
     values |= {"LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
     os.environ.update(values)

@@ -357,7 +357,7 @@ class TrainerConfig:
     while this one trains, from weights one step older) | async (the next steps' batches
     are generated while this one trains, as far ahead as ``max_staleness`` allows):
     :mod:`rlkit.trainer.rollout_ahead`. Both need an engine with its own copy of the
-    weights (``sglang``), one process, and ``DataConfig.reward_workers >= 1``."""
+    weights (``sglang``, ``vllm``), one process, and ``DataConfig.reward_workers >= 1``."""
     max_staleness: int | None = None
     """``async``: how many weight versions (optimizer steps) behind the weights that train
     on it a token may be; batches are generated ``max_staleness // u`` steps ahead, ``u``

@@ -17,7 +17,7 @@ import pytest
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.sglang.pool import RolloutError
+from rlkit.rollout.servers.errors import RolloutError
 from tests.sglang.local_policy import LocalPolicyWeights
 from tests.sglang.test_sglang_rollout import max_rollout_diff
 

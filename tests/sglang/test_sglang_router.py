@@ -7,15 +7,13 @@ weights to each worker directly; afterwards the router's answers follow the new 
 from __future__ import annotations
 
 import importlib.util
-import subprocess
 import sys
-import time
 
 import pytest
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.sglang.server import find_free_port, http_ok, kill_process_tree
+from tests.router_process import running_router
 from tests.sglang.local_policy import LocalPolicyWeights
 from tests.sglang.test_sglang_rollout import PROMPTS, max_rollout_diff
 
@@ -26,27 +24,11 @@ pytestmark = [pytest.mark.sglang, pytest.mark.slow]
 def router_url(engine, tmp_path_factory):
     if importlib.util.find_spec("sglang_router") is None:
         pytest.fail("sglang-router is missing: scripts/install_sglang.sh installs it")
-    port = find_free_port()
-    workers = [e.url for e in engine.sync_endpoints]
-    log = open(tmp_path_factory.mktemp("router") / "router.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sglang_router.launch_router", "--host", "127.0.0.1"]
-        + ["--port", str(port), "--policy", "round_robin", "--worker-urls", *workers],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    yield from running_router(
+        [sys.executable, "-m", "sglang_router.launch_router"],
+        [e.url for e in engine.sync_endpoints],
+        tmp_path_factory.mktemp("router"),
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not http_ok(url + "/health", timeout_s=2.0):
-            assert proc.poll() is None, "sglang-router exited; see its log"
-            assert time.monotonic() < deadline, "sglang-router did not become healthy in 60 s"
-            time.sleep(0.5)
-        yield url
-    finally:
-        kill_process_tree(proc, grace_s=5.0)
-        log.close()
 
 
 def test_rollout_through_the_router_follows_weights_synced_to_its_workers(

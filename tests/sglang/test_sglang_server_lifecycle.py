@@ -1,6 +1,6 @@
 """No orphans: servers die with the trainer on SIGTERM, SIGKILL, Ctrl-C and normal exit.
 
-A child "trainer" process starts an :class:`SGLangServer` running a stand-in
+A child "trainer" process starts a :class:`ManagedServer` running a stand-in
 process tree (HTTP ``/health`` + a child, like SGLang's server + scheduler); the
 test ends the trainer in each way and checks that the whole tree is gone. The real
 SGLang tree is killed and checked in ``test_sglang_faults.py``.
@@ -28,9 +28,10 @@ import psutil
 # and Python then keeps ignoring it; a trainer at a terminal gets Ctrl-C as
 # KeyboardInterrupt, which is what the "sigint" case is about.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from rlkit.rollout.sglang.server import SGLangServer, ServerConfig
+from rlkit.rollout.servers.process import ManagedServer
+from rlkit.rollout.sglang.server import ServerConfig
 
-server = SGLangServer(
+server = ManagedServer(
     ServerConfig(model_path="unused", device="cpu", startup_timeout_s=60),
     log_path=sys.argv[1],
     command=[sys.executable, sys.argv[2], "{port}"],

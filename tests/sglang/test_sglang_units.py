@@ -11,8 +11,10 @@ import torch
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.sglang import logprob_check, weight_sync
-from rlkit.rollout.sglang.client import RequestError, parse_samples, sampling_payload
+from rlkit.rollout.servers import logprob_check, snapshots
+from rlkit.rollout.servers.errors import RequestError
+from rlkit.rollout.sglang import weight_sync
+from rlkit.rollout.sglang.client import parse_samples, sampling_payload
 from rlkit.rollout.sglang.server import ServerConfig, launch_command, server_env
 from tests.sglang.conftest import require_sglang
 
@@ -100,9 +102,9 @@ def test_snapshots_appear_complete_and_only_the_newest_are_kept(tmp_path):
     # Published in the order 1, 3, 2: "newest" means most recently published, not the
     # highest version, so re-publishing an older version never deletes it at once.
     for version in (1, 3, 2):
-        tmp = weight_sync.new_tmp_dir(tmp_path)
+        tmp = snapshots.new_tmp_dir(tmp_path)
         (tmp / "model.safetensors").write_text(str(version))
-        final = weight_sync.publish_snapshot(tmp, tmp_path, version, keep=2)
+        final = snapshots.publish_snapshot(tmp, tmp_path, version, keep=2)
         assert final == tmp_path / f"policy_v{version:08d}"
     # keep=2: the last two published (3, then 2) remain, no temporary folder is left behind.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_v00000002", "policy_v00000003"]

@@ -13,39 +13,16 @@ top-p distribution that the token was actually drawn from.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from rlkit.rollout.base import SamplingParams
+from rlkit.rollout.servers.errors import RequestError
+from rlkit.rollout.servers.sample import Sample
 
 #: ``log_prob_mode`` values. ``sampling``: the distribution sampled from (temperature,
 #: top-k, top-p), as the HF engine returns. ``temperature``: ``log_softmax(logits / T)``,
 #: ignoring top-k / top-p. Identical when top-k and top-p are off.
 LOG_PROB_MODES = ("sampling", "temperature")
-
-
-class RequestError(RuntimeError):
-    """A request failed in a way worth retrying elsewhere (timeout, connection, 5xx)."""
-
-
-class BadRequestError(RuntimeError):
-    """The server rejected the request itself (HTTP 4xx): retrying cannot help."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One generated response."""
-
-    response_ids: list[int]
-    log_probs: list[float]
-    finish_reason: str  # "stop" | "length"
-    weight_version: str  # the server's version when the response finished
-    token_versions: list[int | None] | None = None
-    """Per token, the version that sampled it, when the server's weights changed under
-    the request (SGLang's ``weight_versions`` spans; ``None`` for its initial weights)."""
 
 
 def uses_filters(params: SamplingParams) -> bool:
@@ -143,75 +120,18 @@ def span_versions(meta: dict[str, Any], length: int) -> list[int | None] | None:
     return out
 
 
-class SGLangClient:
-    """Async JSON over HTTP to SGLang servers (one aiohttp session, reused).
+def prompt_log_probs_body(token_ids: list[int]) -> dict[str, Any]:
+    """``POST /generate`` body scoring ``token_ids`` (temperature 1, no new tokens)."""
+    return {
+        "input_ids": token_ids,
+        "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
+        "return_logprob": True,
+        "logprob_start_len": 0,
+    }
 
-    Args:
-        request_timeout_s: total time allowed for one request.
-    """
 
-    def __init__(self, request_timeout_s: float) -> None:
-        self.request_timeout_s = request_timeout_s
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0), trust_env=False
-            )
-        return self._session
-
-    async def post(
-        self, url: str, path: str, body: dict[str, Any], timeout_s: float | None = None
-    ) -> Any:
-        """``POST url+path`` with a JSON body; the decoded JSON answer.
-
-        Raises:
-            RequestError: timeout, connection failure or HTTP 5xx.
-            BadRequestError: HTTP 4xx (the server's message included).
-        """
-        return await self._request("POST", url + path, body, timeout_s)
-
-    async def get(self, url: str, path: str, timeout_s: float | None = None) -> Any:
-        """``GET url+path``; the decoded JSON answer (see :meth:`post` for errors)."""
-        return await self._request("GET", url + path, None, timeout_s)
-
-    async def _request(self, method: str, full_url: str, body: Any, timeout_s: float | None) -> Any:
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self.request_timeout_s)
-        try:
-            async with self._get_session().request(
-                method, full_url, json=body, timeout=timeout
-            ) as resp:
-                text = await resp.text()
-        except TimeoutError as exc:
-            raise RequestError(f"{method} {full_url} timed out after {timeout.total} s") from exc
-        except aiohttp.ClientError as exc:
-            raise RequestError(f"{method} {full_url} failed: {exc!r}") from exc
-        if resp.status >= 500:
-            raise RequestError(f"{method} {full_url} -> HTTP {resp.status}: {text[:500]}")
-        if resp.status >= 400:
-            raise BadRequestError(f"{method} {full_url} -> HTTP {resp.status}: {text[:500]}")
-        try:
-            return json.loads(text) if text else None
-        except json.JSONDecodeError:
-            return text  # a few control endpoints (e.g. /flush_cache) answer in plain text
-
-    async def prompt_log_probs(self, url: str, token_ids: list[int]) -> list[float]:
-        """Log-probs of ``token_ids[1:]`` given their prefixes (temperature 1), from the server.
-
-        Returns a list of ``len(token_ids) - 1`` floats.
-        """
-        body = {
-            "input_ids": token_ids,
-            "sampling_params": {"max_new_tokens": 0, "temperature": 1.0},
-            "return_logprob": True,
-            "logprob_start_len": 0,
-        }
-        resp = await self.post(url, "/generate", body)
-        item = resp[0] if isinstance(resp, list) else resp
-        triples = item["meta_info"]["input_token_logprobs"]
-        return [float(t[0]) for t in triples[1:]]
-
-    async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
+def parse_prompt_log_probs(response: Any) -> list[float]:
+    """The log-probs of ``token_ids[1:]`` from the answer to :func:`prompt_log_probs_body`."""
+    item = response[0] if isinstance(response, list) else response
+    triples = item["meta_info"]["input_token_logprobs"]
+    return [float(t[0]) for t in triples[1:]]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlkit.registry import ROLLOUT_ENGINES
+from rlkit.rollout.servers.factory_options import forwarded_options, stop_token_ids
 
 #: KV-cache tokens of a CPU server when not given (SGLang would reserve ~70% of the RAM).
 CPU_MAX_TOTAL_TOKENS = 16384
@@ -107,11 +108,7 @@ def make_sglang_engine(
             env=dict(server_env or {}),
             startup_timeout_s=startup_timeout_s,
         )
-    # extra_eos_token_ids: the HF engine's name for the same option.
-    stops = list(engine_options.pop("extra_stop_token_ids", ()))
-    stops += list(engine_options.pop("extra_eos_token_ids", ()))
-    if tokenizer is not None and tokenizer.eos_token_id is not None:
-        stops.append(int(tokenizer.eos_token_id))
+    stops = stop_token_ids(tokenizer, engine_options)
     return SGLangEngine(
         server=server,
         num_servers=num_servers if server else 0,
@@ -123,15 +120,10 @@ def make_sglang_engine(
 
 
 def _forwarded_options() -> set[str]:
-    """The ``engine_options`` that ``**engine_options`` takes on to the engine (checked
-    with the configuration, before a model loads)."""
-    import inspect
-
     from rlkit.rollout.sglang.engine import SGLangEngine
 
-    own = {"self", "server", "num_servers", "urls", "router_url"}  # the factory sets these
-    params = inspect.signature(SGLangEngine.__init__).parameters
-    return {name for name in params if name not in own} | {"extra_eos_token_ids"}
+    set_by_factory = {"server", "num_servers", "urls", "router_url"}
+    return forwarded_options(SGLangEngine, set_by_factory)
 
 
 make_sglang_engine.forwarded_options = _forwarded_options  # type: ignore[attr-defined]

@@ -1,11 +1,8 @@
-"""SGLang server processes: launch, wait for ``/health``, log to a file, stop with no orphans.
+"""How to launch an SGLang server: ``python -m sglang.launch_server`` and its environment.
 
-A :class:`SGLangServer` runs ``python -m sglang.launch_server`` as a subprocess in
-its own process group, so stopping it kills the HTTP server, its scheduler and
-detokenizer children together. Every live server is also stopped at interpreter
-exit (``atexit``), on SIGTERM and on Ctrl-C, and on Linux a server dies with the
-thread that started it (``PR_SET_PDEATHSIG``) even if the process is SIGKILLed: start
-servers from the main thread or from a thread that lives as long as they should.
+:class:`ServerConfig` is the SGLang side of
+:class:`rlkit.rollout.servers.process.ServerLaunch`; the process itself (health,
+logs, restarts, clean shutdown) is a :class:`~rlkit.rollout.servers.process.ManagedServer`.
 
 On a CPU-only machine the server needs ``SGLANG_USE_CPU_ENGINE=1`` and the
 import-only stand-ins for ``sgl_kernel`` and ``torchvision`` (see
@@ -15,29 +12,19 @@ stand-ins only when the real package is not importable.
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import importlib.util
 import os
-import signal
-import socket
-import subprocess
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from rlkit.rollout.servers.errors import ServerStartError
+from rlkit.rollout.servers.process import without_launcher_variables
 
 #: Environment variable naming the stand-ins folder explicitly (overrides the search).
 STANDINS_ENV = "RLKIT_SGLANG_CPU_STANDINS"
 _STANDINS_IN_REPO = Path(__file__).resolve().parents[3] / "tools" / "sglang_cpu_standins" / "python"
-
-
-class ServerStartError(RuntimeError):
-    """An SGLang server exited or did not become healthy in time."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +73,17 @@ class ServerConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 600.0
 
+    server_name = "SGLang"
 
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    def command(self, port: int) -> list[str]:
+        return launch_command(self, port)
+
+    def environment(self, base: Mapping[str, str]) -> dict[str, str]:
+        return server_env(self, base)
+
+    def with_weights(self, model_path: str | None, weight_version: str | None) -> ServerConfig:
+        changes = {"model_path": model_path, "weight_version": weight_version}
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
 def launch_command(config: ServerConfig, port: int) -> list[str]:
@@ -139,24 +131,6 @@ def cpu_standins_path() -> Path | None:
     return path
 
 
-#: Variables torchrun / accelerate launch set for the trainer's ranks, never for a server.
-_LAUNCHER_VARIABLES = frozenset(
-    {
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-        "ROLE_RANK",
-        "ROLE_NAME",
-        "ROLE_WORLD_SIZE",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-    }
-)
-
-
 def server_env(config: ServerConfig, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a server process.
 
@@ -167,11 +141,7 @@ def server_env(config: ServerConfig, base: Mapping[str, str] | None = None) -> d
     by a rank of ``accelerate launch`` would otherwise try to join the trainer's group
     while setting up its own and hang at "Init parallel begin".
     """
-    env = {
-        k: v
-        for k, v in (os.environ if base is None else base).items()
-        if k not in _LAUNCHER_VARIABLES and not k.startswith("TORCHELASTIC_")
-    }
+    env = without_launcher_variables(os.environ if base is None else base)
     env["SGLANG_RETURN_ORIGINAL_LOGPROB"] = "0"
     if config.device == "cpu":
         env["SGLANG_USE_CPU_ENGINE"] = "1"
@@ -182,276 +152,3 @@ def server_env(config: ServerConfig, base: Mapping[str, str] | None = None) -> d
             )
     env.update(config.env)
     return env
-
-
-# Exec'd in front of the server: ask Linux to SIGKILL it when the thread that started it
-# exits (PR_SET_PDEATHSIG survives execve), then become the server. No preexec_fn, which is
-# unsafe in a process with threads.
-_EXEC_WITH_PDEATHSIG = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
-    "except Exception:\n"
-    "    pass\n"
-    "os.execv(sys.argv[1], sys.argv[1:])\n"
-)
-
-
-class SGLangServer:
-    """One SGLang server subprocess.
-
-    Args:
-        config: launch settings.
-        log_path: file receiving the server's stdout and stderr (appended, so a
-            restart keeps the earlier log).
-        port: TCP port; a free one if ``None``.
-        command: the command line to run instead of :func:`launch_command`, with
-            ``{port}`` replaced by the port (e.g. to wrap it in ``numactl`` or a
-            container runtime; the tests run a stand-in process tree this way).
-    """
-
-    def __init__(
-        self,
-        config: ServerConfig,
-        log_path: str | Path,
-        port: int | None = None,
-        command: Sequence[str] | None = None,
-    ) -> None:
-        self.config = config
-        self.command = list(command) if command is not None else None
-        self.log_path = Path(log_path)
-        self.port = port or find_free_port(config.host)
-        self.process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def start(
-        self, *, wait: bool = True, model_path: str | None = None, weight_version: str | None = None
-    ) -> None:
-        """Launch the process (``model_path``/``weight_version`` override the config).
-
-        Raises:
-            ServerStartError: the process exited or ``/health`` did not answer in time.
-        """
-        with self._lock:
-            if self.alive:
-                return
-            if _SHUTTING_DOWN or self._closed:
-                raise ServerStartError(
-                    "not starting the SGLang server: it was closed, or the process is terminating"
-                )
-            config = self.config
-            if model_path is not None or weight_version is not None:
-                config = _replace(config, model_path=model_path, weight_version=weight_version)
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", _EXEC_WITH_PDEATHSIG, *self._command(config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=server_env(config),
-                start_new_session=True,
-            )
-            log.close()
-            _LIVE.add(self)
-            _install_exit_handlers()
-        if wait:
-            self.wait_healthy()
-
-    def _command(self, config: ServerConfig) -> list[str]:
-        if self.command is None:
-            return launch_command(config, self.port)
-        return [part.replace("{port}", str(self.port)) for part in self.command]
-
-    def wait_healthy(self, timeout_s: float | None = None) -> None:
-        """Block until ``GET /health`` answers 200.
-
-        Raises:
-            ServerStartError: the process exited, or ``timeout_s`` passed (the
-                server is stopped then); the message holds the log's last lines.
-        """
-        deadline = time.monotonic() + (timeout_s or self.config.startup_timeout_s)
-        while time.monotonic() < deadline:
-            if not self.alive:
-                raise ServerStartError(
-                    f"SGLang server on port {self.port} exited with code "
-                    f"{self.process.returncode if self.process else None} during startup; "
-                    f"log {self.log_path}:\n{self.log_tail()}"
-                )
-            if http_ok(self.url + "/health", timeout_s=2.0):
-                return
-            time.sleep(0.5)
-        self.stop()
-        raise ServerStartError(
-            f"SGLang server on port {self.port} was not healthy after "
-            f"{timeout_s or self.config.startup_timeout_s:.0f} s (raise startup_timeout_s if the "
-            f"model is large); log {self.log_path}:\n{self.log_tail()}"
-        )
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM the process group, SIGKILL whatever is left after ``grace_s``. Idempotent."""
-        with self._lock:
-            proc, self.process = self.process, None
-            _LIVE.discard(self)
-        if proc is None:
-            return
-        kill_process_tree(proc, grace_s)
-
-    def close(self) -> None:
-        """Stop for good: a later :meth:`start` (e.g. a restart in progress) raises."""
-        self._closed = True
-        self.stop()
-
-    def restart(self, *, model_path: str | None = None, weight_version: str | None = None) -> None:
-        """Stop and start again on the same port (blocks until healthy)."""
-        self.stop(grace_s=5.0)
-        self.start(wait=True, model_path=model_path, weight_version=weight_version)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The last ``lines`` lines of the server log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-
-def _replace(config: ServerConfig, **changes: str | None) -> ServerConfig:
-    from dataclasses import replace
-
-    return replace(config, **{k: v for k, v in changes.items() if v is not None})
-
-
-def http_ok(url: str, timeout_s: float) -> bool:
-    """True if ``GET url`` answers 200 within ``timeout_s``."""
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
-            return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def kill_process_tree(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """Terminate ``proc``, its process group and any descendant that left the group."""
-    descendants = _descendants(proc.pid)
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
-        for pid in descendants:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        if not any(_pid_alive(p) for p in descendants):
-            return
-
-
-def _descendants(pid: int) -> list[int]:
-    try:
-        import psutil
-
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except Exception:  # psutil missing or the process is gone
-        return []
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0); psutil tells it apart.
-    try:
-        import psutil
-
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except Exception:
-        return True
-
-
-# -- stop every live server on exit ------------------------------------------
-_LIVE: set[SGLangServer] = set()
-_HANDLERS_INSTALLED = False
-
-
-def stop_all_servers() -> None:
-    """Stop every server this process started and has not stopped yet."""
-    for server in list(_LIVE):
-        with contextlib.suppress(Exception):
-            server.stop(grace_s=5.0)
-
-
-def _at_exit() -> None:
-    global _SHUTTING_DOWN
-    _SHUTTING_DOWN = True
-    stop_all_servers()
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    global _SHUTTING_DOWN
-    _SHUTTING_DOWN = True  # no restart may start a server from now on
-    stop_all_servers()
-    previous = _PREVIOUS_SIGTERM
-    if callable(previous):
-        previous(signum, frame)
-        return
-    # Die of SIGTERM as if no handler were installed (an exception raised here could be
-    # swallowed by whatever code the main thread happens to be running).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)
-
-
-_PREVIOUS_SIGTERM: object = None
-_SHUTTING_DOWN = False
-
-
-def _install_exit_handlers() -> None:
-    global _HANDLERS_INSTALLED, _PREVIOUS_SIGTERM
-    if _HANDLERS_INSTALLED:
-        return
-    _HANDLERS_INSTALLED = True
-    atexit.register(_at_exit)
-    # Ctrl-C raises KeyboardInterrupt, which unwinds to atexit; SIGTERM would not.
-    if threading.current_thread() is threading.main_thread():
-        _PREVIOUS_SIGTERM = signal.getsignal(signal.SIGTERM)
-        if _PREVIOUS_SIGTERM in (signal.SIG_DFL, None):
-            _PREVIOUS_SIGTERM = None
-        if _PREVIOUS_SIGTERM is not signal.SIG_IGN:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-
-
-def start_servers(
-    configs: Sequence[ServerConfig], log_dir: str | Path, ports: Sequence[int | None] | None = None
-) -> list[SGLangServer]:
-    """Launch several servers at once and wait until all are healthy.
-
-    Raises:
-        ServerStartError: any server failed; all of them are stopped then.
-    """
-    ports = list(ports) if ports is not None else [None] * len(configs)
-    servers = [
-        SGLangServer(c, Path(log_dir) / f"sglang_server_{i}.log", p)
-        for i, (c, p) in enumerate(zip(configs, ports))
-    ]
-    try:
-        for s in servers:
-            s.start(wait=False)
-        for s in servers:
-            s.wait_healthy()
-    except BaseException:
-        for s in servers:
-            s.stop(grace_s=2.0)
-        raise
-    return servers

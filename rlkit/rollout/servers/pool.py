@@ -1,6 +1,6 @@
-"""The set of SGLang endpoints a rollout is spread over: load balancing and health.
+"""The set of server endpoints a rollout is spread over: load balancing and health.
 
-Each :class:`Endpoint` is a URL, optionally with the :class:`SGLangServer` this
+Each :class:`Endpoint` is a URL, optionally with the :class:`ManagedServer` this
 process owns behind it. Requests go to the healthy endpoint with the fewest
 requests in flight (ties: round robin). An endpoint that fails a request is taken
 out of rotation; an owned server whose process died is restarted in the
@@ -18,17 +18,9 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from rlkit.rollout.sglang.server import SGLangServer, http_ok
+from rlkit.rollout.servers.process import ManagedServer, http_ok
 
 logger = logging.getLogger(__name__)
-
-
-class RolloutError(RuntimeError):
-    """Prompts could not be completed: retries used up, or no server left."""
-
-
-class NoHealthyServerError(RolloutError):
-    """Every endpoint is down or out of restarts."""
 
 
 @dataclass(eq=False)
@@ -36,7 +28,7 @@ class Endpoint:
     """One server URL and its state."""
 
     url: str
-    server: SGLangServer | None = None
+    server: ManagedServer | None = None
     healthy: bool = True
     stale: bool = False  # restarted with old weights: out of rotation until the next sync
     restarting: bool = False
@@ -82,7 +74,7 @@ class ServerPool:
         self._lock = threading.Lock()
         self._rr = itertools.count()
         # One long-lived thread: servers restarted here die with it (PR_SET_PDEATHSIG).
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sglang-restart")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="server-restart")
         self._closing = False
 
     # -- picking ---------------------------------------------------------------
@@ -142,7 +134,8 @@ class ServerPool:
         starting) is tried again while the endpoint has restarts left."""
         while not self._closing:
             logger.warning(
-                "SGLang server %s is down (%s); restart %d of %d",
+                "%s server %s is down (%s); restart %d of %d",
+                endpoint.server.config.server_name if endpoint.server else "",
                 endpoint.url,
                 endpoint.last_error,
                 endpoint.restarts,

@@ -1,0 +1,618 @@
+"""What every server-backed rollout engine shares: requests, retries, restarts, sync checks.
+
+:class:`ServerRolloutEngine` implements :class:`rlkit.rollout.base.RolloutEngine` for
+inference servers reached over HTTP (SGLang, vLLM). It sends one request per prompt
+(``n`` samples each, token ids in and out, log-probs returned) with at most
+``max_concurrency`` requests in flight, to the least-loaded usable server. A request
+that times out or hits a dead server is re-sent elsewhere with exponential backoff;
+each prompt ends up with exactly ``n`` responses, in prompt order, or the call raises
+:class:`RolloutError` after ``max_retries`` retries of one prompt. Responses are keyed
+by prompt, so a late duplicate can never be counted twice. Servers this engine started
+are restarted when they die (:class:`ServerPool`), and stopped on close, exit, SIGTERM
+and Ctrl-C (:mod:`rlkit.rollout.servers.process`).
+
+A subclass says only what differs between servers: how one prompt's request is sent
+and read (:meth:`_send`), how a fixed sequence is scored (:meth:`_served_log_probs`)
+and how weights reach the servers (:meth:`_load`).
+
+In a multi-process trainer (``accelerate launch``) the main process starts the servers
+and every process sends its own prompts to them; ``sync_weights`` is called by every
+process (the weight export is a collective) and only the main process talks to the
+servers.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlkit.distributed import collectives as comm
+from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
+from rlkit.rollout.servers import logprob_check
+from rlkit.rollout.servers.errors import (
+    BadRequestError,
+    NoHealthyServerError,
+    RequestError,
+    RolloutError,
+    WeightSyncError,
+)
+from rlkit.rollout.servers.http_client import HttpClient
+from rlkit.rollout.servers.pool import Endpoint, ServerPool
+from rlkit.rollout.servers.process import ServerLaunch, start_servers
+from rlkit.rollout.servers.sample import Sample
+from rlkit.rollout.turns import TurnGenerator, TurnResult
+
+
+def read_vocab_size(model_path: str | None) -> int | None:
+    """``vocab_size`` from ``model_path/config.json`` (or its ``text_config``), else ``None``."""
+    if not model_path:
+        return None
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+
+
+class ServerRolloutEngine(RolloutEngine):
+    """Rollouts on inference servers (started here, attached by URL, or behind a router).
+
+    Args:
+        servers: launch settings of the servers this engine starts, one per server.
+        urls: servers started by someone else (``http://host:port``), used besides
+            the started ones. With ``router_url`` they are the workers behind the
+            router, used only for weight sync.
+        router_url: a router in front of the workers: all generation goes through it
+            (it balances load itself).
+        log_dir: where server logs (and, by default, disk snapshots) go.
+        max_concurrency: requests (prompts) in flight at once, over all servers.
+        request_timeout_s: time allowed for one request (all ``n`` samples of a prompt).
+        max_retries: re-sends of one prompt before :class:`RolloutError`.
+        retry_backoff_s: wait before retry ``k`` is ``retry_backoff_s * 2**k``.
+        restart_dead_servers: restart a started server whose process died.
+        max_restarts: restarts allowed per started server.
+        sync_dir: folder for disk snapshots (default ``log_dir/weights``); must be
+            readable by the servers.
+        keep_snapshots: disk snapshots kept (older ones are deleted).
+        extra_stop_token_ids: ids that always end a response (e.g. the tokenizer's EOS
+            when the model config names another one).
+        vocab_size: for the sync check (the trainer model's if not given).
+        verify_sync: after each sync, score a fixed sequence on every server and on
+            the trainer's model and report ``weight_sync/logprob_max_abs_diff``.
+        verify_tolerance: raise :class:`WeightSyncError` above this difference
+            (default: 1e-3 for float32 servers, 0.1 otherwise); ``inf`` only reports.
+        server_dtype: the dtype the servers compute in (for the default tolerance).
+        initial_version: the weight version started servers report before the first
+            sync (``None``: attached servers only, whose version is not checked).
+    """
+
+    #: How messages name the servers ("SGLang", "vLLM").
+    server_name = "server"
+    #: Appended to the sync-check error: what commonly causes a mismatch on this server.
+    sync_mismatch_hint = ""
+    #: The counts of generate and the turn generator; the server states of
+    #: ServerPool.stats(), which generate adds to its batch's metrics.
+    counters: tuple[str, ...] = (
+        "rollout/num_requests",
+        "rollout/num_retries",
+        "rollout/duplicates_dropped",
+    )
+    gauges: tuple[str, ...] = ("rollout/servers_usable", "rollout/server_restarts")
+
+    def __init__(
+        self,
+        *,
+        servers: Sequence[ServerLaunch] = (),
+        urls: Sequence[str] = (),
+        router_url: str | None = None,
+        log_dir: str | Path = "runs/servers",
+        max_concurrency: int = 64,
+        request_timeout_s: float = 600.0,
+        max_retries: int = 3,
+        retry_backoff_s: float = 1.0,
+        restart_dead_servers: bool = True,
+        max_restarts: int = 2,
+        sync_dir: str | Path | None = None,
+        keep_snapshots: int = 2,
+        extra_stop_token_ids: Sequence[int] = (),
+        vocab_size: int | None = None,
+        verify_sync: bool = True,
+        verify_tolerance: float | None = None,
+        server_dtype: str = "auto",
+        initial_version: str | None = None,
+    ) -> None:
+        _check_pool_options(servers, urls, router_url, max_concurrency, max_retries, keep_snapshots)
+        self.rank, self.world = comm.world()
+        self.log_dir = Path(log_dir)
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.retry_backoff_s = retry_backoff_s
+        self.sync_dir = Path(sync_dir) if sync_dir else self.log_dir / "weights"
+        self.keep_snapshots = keep_snapshots
+        self.extra_stop_token_ids = tuple(int(t) for t in extra_stop_token_ids)
+        self.vocab_size = vocab_size
+        self.verify_sync = verify_sync
+        self.verify_tolerance = verify_tolerance
+        self.server_dtype = server_dtype
+        self.router_url = router_url
+        # The policy version the servers hold: "init" for started servers until the first sync.
+        self.expected_version: str | None = initial_version
+        self.latest_snapshot: Path | None = None
+        self._closed = False
+        self._turn_slots: asyncio.Semaphore | None = None
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name=f"{self.server_name}-engine", daemon=True
+        )
+        self._thread.start()
+        self.client = HttpClient(request_timeout_s)
+
+        started = []
+        if self.rank == 0 and servers:
+            try:
+                started = start_servers(list(servers), self.log_dir)
+            except BaseException:
+                self._closed = True  # nothing for close() (or __del__) to wait for
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+                raise
+        owned_urls = comm.broadcast_object([s.url for s in started])
+        endpoints = [Endpoint(s.url, s) for s in started] if self.rank == 0 else []
+        endpoints += [Endpoint(u) for u in owned_urls] if self.rank != 0 else []
+        attached = [Endpoint(u.rstrip("/")) for u in urls]
+        self.sync_endpoints = endpoints + attached  # every worker that must receive weights
+        gen_endpoints = [Endpoint(router_url.rstrip("/"))] if router_url else self.sync_endpoints
+        self.pool = ServerPool(
+            gen_endpoints,
+            restart_dead_servers=restart_dead_servers,
+            max_restarts=max_restarts,
+            restart_args=self._restart_args,
+        )
+
+    # ------------------------------------------------------- what a server differs in
+    @abc.abstractmethod
+    async def _send(
+        self, endpoint: Endpoint, prompt: list[int], params: SamplingParams
+    ) -> list[Sample]:
+        """One request: ``params.n`` samples after ``prompt`` from ``endpoint``.
+
+        Raises:
+            RequestError: worth retrying elsewhere (includes a malformed answer).
+            BadRequestError: the server rejected the request itself.
+        """
+
+    @abc.abstractmethod
+    async def _served_log_probs(self, endpoint: Endpoint, token_ids: list[int]) -> list[float]:
+        """The server's log-probs of ``token_ids[1:]`` given their prefixes (temperature 1)."""
+
+    @abc.abstractmethod
+    def _load(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
+        """Put ``weights`` (labelled ``version``) into ``targets`` and clear their prefix
+        caches. Called on every process (exporting weights is a collective under FSDP);
+        ``targets`` is empty except on the main process. A target that fails may be
+        removed from ``targets`` (it is then not marked synced)."""
+
+    def _samples_per_request(self, params: SamplingParams) -> int:
+        """How many of a prompt's ``n`` samples one request asks for."""
+        return params.n
+
+    @property
+    def reloads_from_disk(self) -> bool:
+        """Whether syncs write a snapshot that a restarted server can start from."""
+        return False
+
+    # ------------------------------------------------------------------ generate
+    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
+        """Sample ``params.n`` responses per prompt; rows grouped by prompt, in prompt order.
+
+        Raises:
+            ValueError: bad prompts or sampling parameters.
+            RolloutError: a prompt failed ``max_retries + 1`` times, or the server
+                rejected a request (the server's message is included).
+        """
+        prompts = self._checked(prompt_ids, params)
+        start = time.perf_counter()
+        per_prompt, stats = self._run(self._generate_all(prompts, params))
+        batch = RolloutBatch(
+            prompt_ids=[p for p in prompts for _ in range(params.n)],
+            response_ids=[s.response_ids for samples in per_prompt for s in samples],
+            rollout_log_probs=[s.log_probs for samples in per_prompt for s in samples],
+            finish_reasons=[s.finish_reason for samples in per_prompt for s in samples],
+            prompt_index=[i for i in range(len(prompts)) for _ in range(params.n)],
+        )
+        if any(s.token_versions for samples in per_prompt for s in samples):
+            batch.token_versions = [
+                s.token_versions or [None] * len(s.response_ids)
+                for samples in per_prompt
+                for s in samples
+            ]
+        batch.validate()
+        elapsed = time.perf_counter() - start
+        tokens = sum(len(r) for r in batch.response_ids)
+        batch.metrics = {
+            "rollout/num_retries": float(stats["retries"]),
+            "rollout/num_requests": float(stats["requests"]),
+            "rollout/duplicates_dropped": float(stats["duplicates"]),
+            "rollout/response_tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            **self.pool.stats(),
+        }
+        return batch
+
+    def _checked(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[list[int]]:
+        self._check_open()
+        return check_prompts(prompt_ids, params)
+
+    # -------------------------------------------------------------------- turns
+    def turns(self, params: SamplingParams) -> TurnGenerator:
+        """Multi-turn generation: every turn is its own request, sent as soon as its
+        trajectory asks (the server's prefix cache reuses the context)."""
+        self._checked([[0]], params)
+        return ServerTurns(self, params)
+
+    def submit_turn(
+        self, context_ids: Sequence[int], params: SamplingParams
+    ) -> Future[tuple[Sample, Counter[str]]]:
+        """Send one turn (one sample after ``context_ids``) on the engine's event loop."""
+        (prompt,) = self._checked([context_ids], replace(params, n=1))
+        return self._submit(self._one_turn(prompt, replace(params, n=1)))
+
+    async def _one_turn(
+        self, prompt: list[int], params: SamplingParams
+    ) -> tuple[Sample, Counter[str]]:
+        if self._turn_slots is None:  # made here, on the engine's loop
+            self._turn_slots = asyncio.Semaphore(self.max_concurrency)
+        stats: Counter[str] = Counter()
+        async with self._turn_slots:
+            (sample,) = await self._request_with_retries(0, prompt, params, stats)
+        return sample, stats
+
+    async def _generate_all(
+        self, prompts: list[list[int]], params: SamplingParams
+    ) -> tuple[list[list[Sample]], Counter[str]]:
+        per_request = self._samples_per_request(params)
+        request_params = replace(params, n=per_request)
+        units = [(i, j) for i in range(len(prompts)) for j in range(params.n // per_request)]
+        results: dict[tuple[int, int], list[Sample]] = {}
+        stats: Counter[str] = Counter()
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(unit: tuple[int, int]) -> None:
+            async with semaphore:
+                samples = await self._request_with_retries(
+                    unit[0], prompts[unit[0]], request_params, stats
+                )
+            if unit in results:  # never expected: one task per unit; kept as the guarantee
+                stats["duplicates"] += 1
+            else:
+                results[unit] = samples
+
+        tasks = [asyncio.ensure_future(one(u)) for u in units]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        missing = [u for u in units if u not in results]
+        if missing:  # gather returned without error, so this would be a bug here
+            raise RolloutError(f"internal error: no responses for (prompt, request) {missing[:10]}")
+        per_prompt: list[list[Sample]] = [[] for _ in prompts]
+        for i, j in units:
+            per_prompt[i].extend(results[(i, j)])
+        return per_prompt, stats
+
+    async def _request_with_retries(
+        self, index: int, prompt: list[int], params: SamplingParams, stats: Counter[str]
+    ) -> list[Sample]:
+        errors: list[str] = []
+        loop = asyncio.get_running_loop()
+        for attempt in range(self.max_retries + 1):
+            endpoint = await self._acquire(errors)
+            ok = False
+            try:
+                stats["requests"] += 1
+                sent = self.expected_version
+                samples = await self._send(endpoint, prompt, params)
+                if len(samples) != params.n:
+                    raise RequestError(f"got {len(samples)} samples, expected n={params.n}")
+                samples = self._check_versions(endpoint, samples, sent)
+                ok = True
+                return samples
+            except BadRequestError as exc:
+                raise RolloutError(
+                    f"prompt {index}: the server rejected the request: {exc}"
+                ) from exc
+            except RequestError as exc:
+                errors.append(f"attempt {attempt + 1} on {endpoint.url}: {exc}")
+                stats["retries"] += 1
+                await loop.run_in_executor(None, self.pool.report_failure, endpoint, str(exc))
+                if attempt < self.max_retries:
+                    await asyncio.sleep(self.retry_backoff_s * 2**attempt)
+            finally:
+                self.pool.release(endpoint, ok=ok)
+        raise RolloutError(
+            f"prompt {index} failed {self.max_retries + 1} times (max_retries={self.max_retries}); "
+            f"errors:\n  " + "\n  ".join(errors)
+        )
+
+    async def _acquire(self, errors: list[str]) -> Endpoint:
+        """A usable endpoint; waits while a server restarts, raises when none can recover."""
+        loop = asyncio.get_running_loop()
+        while True:
+            endpoint = self.pool.acquire()
+            if endpoint is not None:
+                return endpoint
+            await loop.run_in_executor(None, self.pool.recheck)
+            if not self.pool.recoverable():
+                details = "; ".join(
+                    f"{e.url}: {e.last_error or 'down'}" for e in self.pool.endpoints
+                )
+                stale = [e.url for e in self.pool.endpoints if e.stale]
+                hint = (
+                    f" Servers {stale} were restarted and still hold old weights: call "
+                    f"sync_weights() (this weight sync cannot reload them from disk)."
+                    if stale
+                    else ""
+                )
+                raise NoHealthyServerError(
+                    f"no {self.server_name} server left to send requests to ({details}).{hint} "
+                    f"Earlier errors: {errors[-3:]}"
+                )
+            await asyncio.sleep(0.5)
+
+    def _check_versions(
+        self, endpoint: Endpoint, samples: list[Sample], sent: str | None
+    ) -> list[Sample]:
+        """``samples``, checked: a response from weights other than the ones synced when
+        the request was sent or now (a sync may have updated the server under it) comes
+        from a stale server. A response whose single version is not the one it was sent
+        under was sampled wholly by the newer weights: its tokens say so."""
+        expected = self.expected_version
+        if expected is None or self.router_url:
+            return samples
+        wrong = {s.weight_version for s in samples} - {expected, sent}
+        if wrong:
+            endpoint.stale = True
+            raise RequestError(
+                f"server holds weight version {sorted(wrong)}, expected {expected!r} "
+                f"(taken out of rotation until the next sync)"
+            )
+        return [
+            replace(s, token_versions=[int(s.weight_version)] * len(s.response_ids))
+            if s.token_versions is None and s.weight_version != sent and s.weight_version.isdigit()
+            else s
+            for s in samples
+        ]
+
+    def _restart_args(self) -> tuple[str | None, str | None, bool]:
+        if self.reloads_from_disk and self.latest_snapshot is not None:
+            return str(self.latest_snapshot), self.expected_version, False
+        synced = self.latest_snapshot is not None or self.expected_version not in (None, "init")
+        return None, None, synced
+
+    # --------------------------------------------------------------- weight sync
+    def sync_weights(self, weights: PolicyWeights) -> dict[str, float]:
+        """Load ``weights`` into every server, flush their caches, check log-probs.
+
+        Called by every process of a multi-process trainer. Returns
+        ``timing_s/weight_sync``, ``timing_s/weight_sync_verify`` and
+        ``weight_sync/logprob_max_abs_diff`` (``nan`` if not verified).
+
+        Raises:
+            WeightSyncError: a server refused the update, or the log-probs differ
+                by more than ``verify_tolerance``.
+        """
+        targets, metrics = self._push(weights)
+        return metrics | self._verified(weights, targets)
+
+    def _push(self, weights: PolicyWeights) -> tuple[list[Endpoint], dict[str, float]]:
+        self._check_open()
+        version = str(weights.version)
+        start = time.perf_counter()
+        targets: list[Endpoint] = []
+        if self.rank == 0:
+            self.pool.wait_restarts()
+            targets = [e for e in self.sync_endpoints if e.healthy or e.stale]
+            if not targets:
+                raise WeightSyncError(f"no healthy {self.server_name} server to sync weights to")
+        self._load(weights, version, targets)
+        if self.rank == 0:
+            self.pool.mark_synced(targets)
+        else:  # process 0 synced every server: whatever this process saw as stale is current
+            self.pool.mark_synced(self.pool.endpoints)
+        self.expected_version = version
+        return targets, {"timing_s/weight_sync": time.perf_counter() - start}
+
+    def _verified(self, weights: PolicyWeights, targets: list[Endpoint]) -> dict[str, float]:
+        start = time.perf_counter()
+        metrics = {
+            "weight_sync/logprob_max_abs_diff": (
+                self._verify(weights, targets) if self.verify_sync else float("nan")
+            )
+        }
+        metrics["timing_s/weight_sync_verify"] = time.perf_counter() - start
+        comm.barrier()
+        return metrics
+
+    def _verify(self, weights: PolicyWeights, targets: list[Endpoint]) -> float:
+        vocab = self.vocab_size
+        with weights.generation_context() as (model, _):  # a collective under FSDP
+            vocab = vocab or int(model.config.vocab_size)
+            probe = logprob_check.probe_token_ids(vocab)
+            reference = logprob_check.trainer_log_probs(model, probe)
+        if self.rank != 0:
+            return float("nan")
+        served = self._run(self._gather([self._served_log_probs(e, probe) for e in targets]))
+        worst = max(logprob_check.max_abs_diff(s, reference) for s in served)
+        tolerance = self.verify_tolerance
+        if tolerance is None:
+            tolerance = 1e-3 if self.server_dtype == "float32" else 0.1
+        if not worst <= tolerance:
+            raise WeightSyncError(
+                f"after syncing weight version {self.expected_version}, the servers' log-probs of a "
+                f"fixed sequence differ from the trainer's by up to {worst:.3g} (tolerance "
+                f"{tolerance:g}): the sync did not take effect, or the server computes in another "
+                f"dtype. Pass verify_tolerance=... to accept this, or check the parameter names."
+                + self.sync_mismatch_hint
+            )
+        return worst
+
+    # ------------------------------------------------------------------ plumbing
+    async def _all(
+        self,
+        targets: list[Endpoint],
+        path: str,
+        body: dict[str, Any] | None,
+        *,
+        tolerate: bool = False,
+    ) -> list[Any]:
+        """``POST path`` to every target at once.
+
+        With ``tolerate``, a target that fails is dropped from ``targets`` (in place, so
+        the rest of this sync skips it and it is not marked synced), taken out of
+        rotation as stale and, if owned, restarted; only if all fail does this raise.
+
+        Raises:
+            WeightSyncError: a target failed (any, or all with ``tolerate``).
+        """
+        calls = [self.client.post(e.url, path, body) for e in targets]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [
+            (e, r)
+            for e, r in zip(targets, results)
+            if isinstance(r, BaseException) or (isinstance(r, dict) and r.get("success") is False)
+        ]
+        if failed and (not tolerate or len(failed) == len(targets)):
+            e, r = failed[0]
+            message = r if isinstance(r, BaseException) else r.get("message")
+            raise WeightSyncError(f"{e.url}{path} failed: {message}")
+        loop = asyncio.get_running_loop()
+        for e, r in failed:
+            targets.remove(e)
+            e.stale = True
+            await loop.run_in_executor(None, self.pool.report_failure, e, f"{path}: {r}")
+        return results
+
+    @staticmethod
+    async def _gather(calls: list[Any]) -> list[Any]:
+        return list(await asyncio.gather(*calls))
+
+    def _run(self, coro: Any) -> Any:
+        if not self._thread.is_alive():  # a stopped loop would never answer
+            coro.close()
+            raise RuntimeError(f"this {type(self).__name__}'s event loop has stopped")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _submit(self, coro: Any) -> Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"this {type(self).__name__} is closed; create a new one")
+
+    def restarted_servers(self) -> list[str]:
+        return self.pool.restart_lines()
+
+    def _close_transfer(self) -> None:
+        """Release what the weight transfer holds (a process group); called by close."""
+
+    def close(self) -> None:
+        """Stop started servers, the weight transfer and the event loop. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._close_transfer()
+        with contextlib.suppress(Exception):
+            self._run(self.client.close())
+        self.pool.close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class ServerTurns(TurnGenerator):
+    """Turns on servers: each trajectory's turn is a request of its own, so a trajectory
+    waiting for its tool never holds up another's request."""
+
+    def __init__(self, engine: ServerRolloutEngine, params: SamplingParams) -> None:
+        super().__init__(params)
+        self.engine = engine
+
+    async def generate(self, key: int, context_ids: list[int], max_new_tokens: int) -> TurnResult:
+        params = replace(self.params, max_new_tokens=max_new_tokens)
+        sample, stats = await asyncio.wrap_future(self.engine.submit_turn(context_ids, params))
+        self.add_metrics(
+            {
+                "rollout/num_retries": float(stats["retries"]),
+                "rollout/num_requests": float(stats["requests"]),
+            }
+        )
+        return TurnResult(
+            sample.response_ids, sample.log_probs, sample.finish_reason, sample.token_versions
+        )
+
+
+def check_prompts(prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> list[list[int]]:
+    """``prompt_ids`` as lists of ints, after checking them and ``params``.
+
+    Raises:
+        ValueError: an empty prompt, or a sampling parameter out of range.
+    """
+    if params.n < 1:
+        raise ValueError(f"SamplingParams.n must be >= 1, got {params.n}")
+    if params.max_new_tokens < 0:
+        raise ValueError(f"SamplingParams.max_new_tokens must be >= 0, got {params.max_new_tokens}")
+    if params.temperature < 0:
+        raise ValueError(f"SamplingParams.temperature must be >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {params.top_p}")
+    prompts = []
+    for i, p in enumerate(prompt_ids):
+        ids = [int(t) for t in p]
+        if not ids:
+            raise ValueError(f"prompt {i} is empty: every prompt needs at least one token id")
+        prompts.append(ids)
+    return prompts
+
+
+def _check_pool_options(
+    servers: Sequence[ServerLaunch],
+    urls: Sequence[str],
+    router_url: str | None,
+    max_concurrency: int,
+    max_retries: int,
+    keep_snapshots: int,
+) -> None:
+    if not servers and not urls and not router_url:
+        raise ValueError(
+            "a server engine needs servers: give model_path (servers are started), urls=[...] "
+            "(servers you started) or router_url=... (a router)"
+        )
+    if router_url and not urls and not servers:
+        raise ValueError(
+            "with router_url, also give urls=[...] of the workers behind it: weights are synced "
+            "to each worker directly"
+        )
+    if max_concurrency < 1 or max_retries < 0 or keep_snapshots < 1:
+        raise ValueError(
+            f"need max_concurrency >= 1, max_retries >= 0, keep_snapshots >= 1; got "
+            f"{max_concurrency}, {max_retries}, {keep_snapshots}"
+        )
