@@ -8,8 +8,8 @@ A batched reward (one call per scoring call, :mod:`rewards.batched_reward`)::
 For each response the judge's prompt is ``template`` with the placeholders filled in
 (:func:`render_template`), run through the judge tokenizer's chat template; the judge
 (a rollout engine found by name in :data:`rlkit.registry.ROLLOUT_ENGINES`: the embedded
-``hf`` engine on a frozen copy of ``model``, or ``sglang`` servers, started or attached
-by URL) writes a reply, greedily by default, and ``pattern``'s first group in its last
+``hf`` engine on a frozen copy of ``model``, or ``sglang`` / ``vllm`` servers, started
+or attached by URL) writes a reply, greedily by default, and ``pattern``'s first group in its last
 match is the grade (:func:`parse_grade`), scaled into [0, 1] (:func:`scale_grade`).
 
 Failures, from cheapest to catch to dearest:
@@ -81,7 +81,9 @@ OUTPUT_CHARS = 300
 _FACTORY_ARGUMENTS = ("model_path", "tokenizer", "weights", "seed")
 
 # Engines whose factories take ``extra_eos_token_ids`` (an instruct judge's end-of-turn ids).
-_EOS_AWARE_ENGINES = ("hf", "sglang")
+_EOS_AWARE_ENGINES = ("hf", "sglang", "vllm")
+# Engines that start servers unless attached by URL; the judge's logs get their own folder.
+_SERVER_ENGINES = ("sglang", "vllm")
 
 
 class JudgeError(BaseException):
@@ -99,10 +101,11 @@ class JudgeOptions:
 
     Attributes:
         model: the judge's Hugging Face model directory (the embedded engine loads it,
-            SGLang servers are started from it); its tokenizer encodes the prompts.
-        tokenizer: another directory for the tokenizer (default: ``model``); with an
-            SGLang server attached by URL, one of the two is needed.
-        engine: a rollout engine name: ``hf`` (embedded) or ``sglang``, or your own.
+            SGLang or vLLM servers are started from it); its tokenizer encodes the prompts.
+        tokenizer: another directory for the tokenizer (default: ``model``); with a
+            server attached by URL, one of the two is needed.
+        engine: a rollout engine name: ``hf`` (embedded), ``sglang`` or ``vllm``, or your
+            own.
         engine_options: keyword arguments of the engine's factory (``urls``,
             ``router_url``, ``num_servers``, ``device``, ``generation_batch_size``, ...).
         template: the judge's prompt, with ``{response}`` and optionally ``{prompt}``,
@@ -251,7 +254,7 @@ def _check_engine(options: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     try:
         entry = ROLLOUT_ENGINES.entry(engine)
     except KeyError as exc:
-        raise _fail("engine", f"is unknown ({exc})", "use 'hf' or 'sglang'") from None
+        raise _fail("engine", f"is unknown ({exc})", "use 'hf', 'sglang' or 'vllm'") from None
     engine_options = options.get("engine_options") or {}
     if not isinstance(engine_options, Mapping):
         raise _fail("engine_options", f"is {engine_options!r}", "give a dict of factory options")
@@ -499,11 +502,11 @@ def _build_engine(options: JudgeOptions, tokenizer: Any) -> Any:
     if o.engine in _EOS_AWARE_ENGINES:
         eos = [*engine_options.get("extra_eos_token_ids", ()), *_generation_eos_ids(o.model)]
         engine_options["extra_eos_token_ids"] = eos
-    if o.engine == "sglang":
+    if o.engine in _SERVER_ENGINES:
         if engine_options.get("urls") or engine_options.get("router_url"):
             engine_options.setdefault("num_servers", 0)  # attach: start nothing
-        # Its own folder: the policy's SGLang engine writes runs/sglang.
-        engine_options.setdefault("log_dir", "runs/sglang_judge")
+        # Its own folder: the policy's engine writes runs/sglang or runs/vllm.
+        engine_options.setdefault("log_dir", f"runs/{o.engine}_judge")
     weights = FrozenModelWeights(o.model, dtype=o.dtype, device=o.device) if o.model else None
     if weights is not None and o.engine == "hf":
         weights.model  # noqa: B018 - load now, so a judge that cannot load fails while built

@@ -8,7 +8,7 @@ import pytest
 
 from rlkit.cli import main
 from tests.gin_files import arithmetic_gin
-from tests.interrupts import ctrl_c
+from tests.interrupts import ctrl_c, start_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,24 +125,26 @@ def test_ctrl_c_during_a_run_exits_130_with_one_line_on_how_to_resume(demo_model
     cfg = tmp_path / "experiment.gin"
     out = tmp_path / "run"
     cfg.write_text(_tiny_gin(demo_model_dir, out, 100000))
-    proc = subprocess.Popen(
+    stdout_path, stderr_path = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    with open(stdout_path, "w") as stdout:
         # -X faulthandler: SIGABRT then prints every thread's stack, should Ctrl-C not stop it
-        [sys.executable, "-X", "faulthandler", "-m", "rlkit.train", str(cfg)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+        proc = start_run(
+            ["-m", "rlkit.train", str(cfg)],
+            stderr_path,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=stdout,
+        )
     try:
         # The steps have begun once the validation before RL prints its line (setup,
         # imports and the first validation take longer on a loaded machine).
         deadline = time.monotonic() + 180
-        for line in proc.stdout:
-            if line.startswith("before RL:") or time.monotonic() > deadline:
-                break
+        while "before RL:" not in stdout_path.read_text():
+            assert proc.poll() is None, stderr_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no validation line in 180 s"
+            time.sleep(0.1)
         time.sleep(0.5)  # into the first steps
-        stderr = ctrl_c(proc, timeout_s=60)
+        stderr = ctrl_c(proc, stderr_path, timeout_s=60)
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]

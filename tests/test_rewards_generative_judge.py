@@ -161,7 +161,7 @@ def _bad_cases(tmp_path: Path, model: str) -> list[tuple[dict, str]]:
             {"model": model, "temprature": 0.5},
             r"unknown option\(s\) \['temprature'\]; did you mean",
         ),
-        ({"model": model, "engine": "vllm"}, r"option 'engine' is unknown"),
+        ({"model": model, "engine": "trtllm"}, r"option 'engine' is unknown"),
         ({"model": model, "engine_options": {"seed": 1}}, r"sets \['seed'\], which the judge"),
         (
             {"engine": "sglang", "engine_options": {"urls": ["http://h:1"]}},

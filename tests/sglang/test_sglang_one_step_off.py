@@ -297,7 +297,7 @@ def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
     from pathlib import Path
 
     from tests.gin_files import arithmetic_gin
-    from tests.interrupts import ctrl_c
+    from tests.interrupts import ctrl_c, start_run
 
     out = tmp_path / "run"
     cfg = tmp_path / "async.gin"
@@ -315,18 +315,20 @@ def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
     cfg.write_text(arithmetic_gin(demo_model_dir, out, bindings))
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-X", "faulthandler", "-m", "rlkit.train", str(cfg)]
-    proc = subprocess.Popen(
-        command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    stderr_path = tmp_path / "stderr.txt"
+    proc = start_run(
+        ["-m", "rlkit.train", str(cfg)], stderr_path, cwd=root, env=env, stdout=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 240
         while not (out / "checkpoints" / "global_step_4").exists():
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint of step 4 in 240 s"
+            assert proc.poll() is None, stderr_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, (
+                f"no checkpoint of step 4 in 240 s:\n{stderr_path.read_text()[-3000:]}"
+            )
             time.sleep(0.05)
         time.sleep(0.3)  # into step 5 or 6: batches in flight
-        stderr = ctrl_c(proc, timeout_s=120)
+        stderr = ctrl_c(proc, stderr_path, timeout_s=120)
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr[-3000:]
