@@ -99,6 +99,9 @@ KEYS: dict[str, Key] = {
     # model
     "actor_rollout_ref.model.path": Key("ModelConfig.path", str),
     "actor_rollout_ref.model.use_remove_padding": Key("ModelConfig.use_remove_padding", bool),
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": Key(
+        "ModelConfig.ulysses_sequence_parallel_size", int
+    ),
     "actor_rollout_ref.model.enable_gradient_checkpointing": Key(
         "ModelConfig.gradient_checkpointing", bool
     ),
@@ -216,7 +219,12 @@ UNSUPPORTED: dict[str, str] = {
     ),
     "actor_rollout_ref.actor.ppo_micro_batch_size": "give the per-GPU size instead",
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio": "use OptimConfig.warmup_steps",
-    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": "no sequence parallelism",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": (
+        "one size for every model: ModelConfig.ulysses_sequence_parallel_size"
+    ),
+    "critic.ulysses_sequence_parallel_size": (
+        "one size for every model: ModelConfig.ulysses_sequence_parallel_size"
+    ),
     "critic.ppo_micro_batch_size_per_gpu": "the critic uses OptimConfig.micro_batch_size",
     "critic.model.enable_gradient_checkpointing": "ModelConfig.gradient_checkpointing",
     "critic.model.use_remove_padding": "ModelConfig.use_remove_padding",

@@ -134,6 +134,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
     from rewards.by_data_source import UnknownDataSourceError
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.distributed.sequence_parallel import SequenceParallelError
     from rlkit.rollout.servers.errors import ServerStartError
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
@@ -156,6 +157,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         RunDirError,  # output_dir not writable, or in use by another run
         NoUpdateError,  # DAPO's group filter kept nothing in any step
         ServerStartError,  # an inference server not installed, unreachable or not starting
+        SequenceParallelError,  # a Ulysses size the launched processes cannot form
     ) as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()

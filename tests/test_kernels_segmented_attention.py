@@ -194,3 +194,28 @@ def test_any_shared_prompt_packing_attends_as_one_call_per_segment(groups, seed)
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+def test_causal_rows_of_several_lengths_attend_without_a_mask_as_their_reference():
+    torch.manual_seed(3)
+    # Rows of 5, 1 and 8 tokens: a padded batch of 3 x 8 x 8 under SDPA's own causal
+    # flag (no mask built); the 5- and 1-token rows' padding queries are dropped.
+    segments = AttentionSegments.causal([5, 1, 8])
+    assert segments._causal and segments.batch_shape == (3, 8, 8)
+    q = torch.randn(1, 4, 14, 8, requires_grad=True)
+    k = torch.randn(1, 2, 14, 8, requires_grad=True)
+    v = torch.randn(1, 2, 14, 8, requires_grad=True)
+    weights = torch.randn(1, 14, 4, 8)
+    (segments.attend(q, k, v) * weights).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = per_segment_attention_reference(segments, q, k, v)
+    (ref * weights).sum().backward()
+    torch.testing.assert_close(segments.attend(q, k, v), ref, rtol=1e-5, atol=1e-6)
+    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    # A window or a shared prompt is not plain causal: those keep their masks.
+    assert not segments.windowed(3)._causal
+    bounds, masks = prefix_masks([(2, [3, 2])])
+    assert not AttentionSegments(bounds, masks)._causal

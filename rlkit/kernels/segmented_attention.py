@@ -91,6 +91,7 @@ class AttentionSegments:
         self.query_runs = query_runs
         """Whether rows may be query runs (else one row per segment, the plain layout)."""
         self._queries, self._keys, self._valid, self._batch_mask = self._batch_layout()
+        self._causal = self._rows_are_causal()
         rows, _, width_q, width_k = self._batch_mask.shape
         self.batch_shape = (rows, width_q, width_k)
         """The padded batch attention runs on: (rows, queries per row, keys per row)."""
@@ -117,6 +118,23 @@ class AttentionSegments:
             mask[row, 0, : b - a, : len(keys)] = own[a:b][:, keys]
             mask[row, 0, b - a :, 0] = True
         return queries, keys_at, valid, mask
+
+    def _rows_are_causal(self) -> bool:
+        """Whether every row is a whole segment under a plain causal mask. SDPA then takes
+        ``is_causal`` instead of the mask: no (rows, queries, keys) mask is built or kept
+        for the backward pass. A shorter row's padding queries then see padding keys too;
+        their outputs are dropped, and no real query sees a key after it."""
+        if self._batch_mask.shape[-2] != self._batch_mask.shape[-1]:
+            return False
+        for row, valid in enumerate(self._valid):
+            n = int(valid.sum())
+            own = self._batch_mask[row, 0, :n, :n]
+            keys = self._keys[row, :n] - self._queries[row, 0]
+            if not torch.equal(keys, torch.arange(n, device=keys.device)):
+                return False
+            if not torch.equal(own, torch.ones_like(own).tril()):
+                return False
+        return True
 
     def _cheapest_pieces(self) -> list[tuple[int, int, int, torch.Tensor]]:
         """(segment, first query, end query, the keys' positions in the segment) per row,
@@ -262,10 +280,11 @@ class AttentionSegments:
             batched(query, layout._queries),
             batched(key, layout._keys),
             batched(value, layout._keys),
-            layout._batch_mask,
+            None if layout._causal else layout._batch_mask,
             dropout=dropout,
             scale=scale,
             softcap=softcap,
+            is_causal=layout._causal,
         )  # (R, H, Wq, D_v)
         # The real entries, row by row, are the packed row's tokens in order.
         return out.transpose(1, 2)[layout._valid][None]

@@ -52,6 +52,12 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+from rlkit.distributed.sequence_parallel import (
+    SequenceParallel,
+    SequenceParallelError,
+    build_sequence_parallel,
+    sequence_parallel_problem,
+)
 from rlkit.trainer.fsdp_cpu_shim import enable_fsdp_on_cpu, has_accelerator
 
 STRATEGIES = ("auto", "fsdp2", "none")
@@ -187,6 +193,8 @@ class TrainingBackend:
         activation_checkpointing: recompute each decoder layer in backward. FSDP2: accelerate's
             ``checkpoint_wrapper`` on the layers; plain: Hugging Face gradient checkpointing.
         seed: if given, seeds Python, NumPy and torch identically on every process.
+        sequence_parallel_size: ``k`` processes split each sequence (Ulysses,
+            :mod:`rlkit.trainer.ulysses`); FSDP2 still shards over all processes.
 
     Attributes:
         accelerator: the underlying ``accelerate.Accelerator``.
@@ -195,6 +203,8 @@ class TrainingBackend:
         num_processes: number of processes.
         is_main_process: ``process_index == 0``.
         is_sharded: ``True`` when FSDP2 is in use.
+        sequence_parallel: this process's place in the data-parallel x sequence-parallel
+            grid (:class:`~rlkit.distributed.sequence_parallel.SequenceParallel`).
     """
 
     def __init__(
@@ -206,6 +216,7 @@ class TrainingBackend:
         cpu_offload: bool = False,
         activation_checkpointing: bool = False,
         seed: int | None = None,
+        sequence_parallel_size: int = 1,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
@@ -227,6 +238,9 @@ class TrainingBackend:
                 "process, shard with strategy='fsdp2' (TrainerConfig.backend_strategy)."
             )
         _warn_if_single_process_launch()
+        problem = sequence_parallel_problem(sequence_parallel_size, _launched_world_size())
+        if problem:  # before any process group or model exists
+            raise SequenceParallelError(problem)
         self._closed = False
         self._owns_process_group = not dist.is_initialized()
         self._saved_use_fsdp = os.environ.get("ACCELERATE_USE_FSDP")
@@ -260,6 +274,7 @@ class TrainingBackend:
         self.process_index: int = self.accelerator.process_index
         self.num_processes: int = self.accelerator.num_processes
         self.is_main_process: bool = self.accelerator.is_main_process
+        self.sequence_parallel: SequenceParallel = build_sequence_parallel(sequence_parallel_size)
         if seed is not None:
             set_seed(seed)
 

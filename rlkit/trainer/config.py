@@ -57,6 +57,14 @@ class ModelConfig:
     vision-language batches). Micro-batches and processes get
     whole groups where they can. Takes the place of ``use_remove_padding`` when both
     are on."""
+    ulysses_sequence_parallel_size: int = 1
+    """``k`` > 1: the ``k`` processes of a group split each packed micro-batch along the
+    sequence and exchange heads for tokens around attention with all-to-all
+    (DeepSpeed-Ulysses, verl's ``ulysses_sequence_parallel_size``), so a sequence ``k``
+    times longer fits; FSDP2 still shards over all processes (``rlkit/trainer/ulysses.py``,
+    docs/sequence_parallel.md). Needs ``use_remove_padding``; the token budget
+    ``OptimConfig.max_token_len_per_micro_batch`` is per process, so a group's micro-batch
+    holds up to ``k`` times it; ``share_prompt_prefix`` is off for the split passes."""
     lora_rank: int = 0
     """0 = full fine-tuning; > 0 trains LoRA adapters (peft) and uses the adapter-free
     model as the reference policy."""
@@ -498,6 +506,7 @@ class ExperimentConfig:
         problems += self._reward_model_problems()
         problems += self._prime_problems()
         problems += self._model_family_problems()
+        problems += self._sequence_parallel_problems()
         problems += rollout_mode_problems(self)
         if problems:
             raise ValueError(format_problems(problems))
@@ -519,6 +528,42 @@ class ExperimentConfig:
                     check_model_family(path, setting)
             except UnsupportedModelError as exc:
                 problems.append(str(exc))
+        return problems
+
+    def _sequence_parallel_problems(self) -> list[str]:
+        """Ulysses settings it cannot honour: no packing, another attention kernel, a
+        process count or head count it does not divide, a vision-language model."""
+        k = self.model.ulysses_sequence_parallel_size
+        if not isinstance(k, int) or k <= 1:
+            return []
+        from rlkit.distributed.process_exit import launched_world_size
+        from rlkit.distributed.sequence_parallel import sequence_parallel_problem
+
+        setting = f"ModelConfig.ulysses_sequence_parallel_size = {k}"
+        problems = []
+        if not self.model.use_remove_padding:
+            problems.append(
+                f"{setting} splits the packed sequence of use_remove_padding: set "
+                f"ModelConfig.use_remove_padding = True"
+            )
+        attention = self.model.kernel_overrides.get("attention", "grouped_sdpa")
+        if attention != "grouped_sdpa":
+            problems.append(
+                f"{setting} attends with rlkit's grouped_sdpa (it reads the split "
+                f"segments), but ModelConfig.kernel_overrides sets attention = "
+                f"{attention!r}: remove that override"
+            )
+        # Under a launcher the process count is known now; else the backend checks it.
+        launched = "WORLD_SIZE" in os.environ
+        problem = launched and sequence_parallel_problem(k, launched_world_size())
+        if problem:
+            problems.append(problem + " (accelerate launch --num_processes N)")
+        for name, path in (
+            ("ModelConfig.path", self.model.path),
+            ("ModelConfig.critic_path", self.model.critic_path),
+            ("PrimeConfig.model_path", self.prime.model_path),
+        ):
+            problems += _ulysses_model_problems(path, k, name)
         return problems
 
     def _reward_model_problems(self) -> list[str]:
@@ -966,7 +1011,12 @@ FRACTION = Number(ge=0, le=1)
 DTYPE = Choice(("float32", "bfloat16", "float16"))
 
 FIELD_RULES: dict[type, dict[str, Rule]] = {
-    ModelConfig: {"dtype": DTYPE, "lora_rank": NON_NEGATIVE_INT, "lora_alpha": COUNT},
+    ModelConfig: {
+        "dtype": DTYPE,
+        "lora_rank": NON_NEGATIVE_INT,
+        "lora_alpha": COUNT,
+        "ulysses_sequence_parallel_size": COUNT,
+    },
     DataConfig: {
         "train_batch_size": COUNT,
         "gen_batch_size": Number(integer=True, ge=1, optional=True),
@@ -1080,6 +1130,23 @@ def rules_for(section: type) -> dict[str, Rule]:
         elif annotation.startswith("dict["):
             implied[f.name] = MAPPING
     return implied | FIELD_RULES.get(section, {})
+
+
+def _ulysses_model_problems(path: str | None, k: int, setting: str) -> list[str]:
+    """A model directory whose heads do not split ``k`` ways, or a vision-language one."""
+    if not path or not (Path(path) / "config.json").is_file():
+        return []  # a missing directory is reported by the model checks
+    from transformers import AutoConfig
+
+    from rlkit.trainer.ulysses import head_problems
+
+    config = AutoConfig.from_pretrained(path)
+    if getattr(config, "vision_config", None) is not None:
+        return [
+            f"{setting} ({path}) is a vision-language model: ModelConfig."
+            f"ulysses_sequence_parallel_size > 1 splits text-only sequences; set it to 1"
+        ]
+    return [f"{p} ({setting}: {path})" for p in head_problems(config, k)]
 
 
 def field_problems(section: Any, values: dict[str, Any] | None = None) -> list[str]:

@@ -17,10 +17,12 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlkit import ops
-from rlkit.kernels.attention import GROUPED_SDPA
+from rlkit.distributed.sequence_parallel import SequenceParallel
+from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
 from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.models.attention_features import attention_features
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
+from rlkit.trainer.ulysses import UlyssesPacking
 
 
 def _response_hidden(
@@ -112,6 +114,15 @@ def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torc
     return hidden.index_put((keep,), packed)  # out of place: gradients reach `packed`
 
 
+def _split_sequences(backbone: nn.Module, sequence_parallel: SequenceParallel | None) -> bool:
+    """Whether the forwards split sequences (Ulysses); if so, the backbone attends with
+    rlkit's ``grouped_sdpa``, the attention that reads the split segments."""
+    if sequence_parallel is None or not sequence_parallel.enabled:
+        return False
+    grouped_sdpa_attention(backbone)
+    return True
+
+
 class ActorModule(nn.Module):
     """Policy: per-token log pi(response_t | context) and entropy at temperature ``tau``."""
 
@@ -122,12 +133,15 @@ class ActorModule(nn.Module):
         chunk_size: int = 1024,
         remove_padding: bool = False,
         share_prefix: bool = False,
+        sequence_parallel: SequenceParallel | None = None,
     ) -> None:
         super().__init__()
         self.backbone = backbone
         self.chunk_size = chunk_size
         self.remove_padding = remove_padding
         self.share_prefix = share_prefix
+        self.sequence_parallel = sequence_parallel
+        self.split = _split_sequences(backbone, sequence_parallel)
         # Gemma2 caps its output logits: the log-probs must see the same logits.
         self.logit_softcap = attention_features(backbone.config).final_logit_softcap
 
@@ -138,21 +152,34 @@ class ActorModule(nn.Module):
         temperature: float = 1.0,
         compute_entropy: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked)."""
-        hidden = _response_hidden(
-            self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
-        )
+        """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked).
+
+        Under Ulysses (:mod:`rlkit.trainer.ulysses`) both are computed on this process's
+        slice of the packed sequence, then gathered into whole rows."""
+        if self.split:
+            packing = UlyssesPacking(batch, self.sequence_parallel)
+            hidden = packing.hidden(_decoder(self.backbone))[None]
+            labels = packing.next_tokens[None]
+        else:
+            hidden = _response_hidden(
+                self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
+            )
+            labels = batch["responses"]
         head = self.backbone.get_output_embeddings()
         logp, ent = ops.token_logprobs_and_entropy(
             hidden,
             head.weight,
-            batch["responses"],
+            labels,
             temperature=temperature,
             chunk_size=self.chunk_size,
             compute_entropy=compute_entropy,
             lm_head_bias=getattr(head, "bias", None),
             logit_softcap=self.logit_softcap,
         )
+        if self.split:
+            width = batch["responses"].shape[1]
+            logp = packing.response_values(logp[0], prompt_width, width)
+            ent = None if ent is None else packing.response_values(ent[0], prompt_width, width)
         return logp.float(), None if ent is None else ent.float()
 
     def reference_context(self) -> AbstractContextManager:
@@ -165,19 +192,31 @@ class CriticModule(nn.Module):
     """Value model: the backbone's decoder plus a scalar head on each position."""
 
     def __init__(
-        self, backbone: PreTrainedModel, *, remove_padding: bool = False, share_prefix: bool = False
+        self,
+        backbone: PreTrainedModel,
+        *,
+        remove_padding: bool = False,
+        share_prefix: bool = False,
+        sequence_parallel: SequenceParallel | None = None,
     ) -> None:
         super().__init__()
         self.backbone = backbone
         self.remove_padding = remove_padding
         self.share_prefix = share_prefix
+        self.sequence_parallel = sequence_parallel
+        self.split = _split_sequences(backbone, sequence_parallel)
         hidden = backbone.config.hidden_size
         self.value_head = nn.Linear(hidden, 1, dtype=next(backbone.parameters()).dtype)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)
 
     def forward(self, batch: dict[str, Any], prompt_width: int) -> torch.Tensor:
-        """Values V(s_t) before each response token, (B, T) float32."""
+        """Values V(s_t) before each response token, (B, T) float32 (under Ulysses,
+        computed on this process's slice, then gathered)."""
+        if self.split:
+            packing = UlyssesPacking(batch, self.sequence_parallel)
+            local = self.value_head(packing.hidden(_decoder(self.backbone))).squeeze(-1)
+            return packing.response_values(local, prompt_width, batch["responses"].shape[1]).float()
         hidden = _response_hidden(
             self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
         )

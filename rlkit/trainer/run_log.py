@@ -47,6 +47,13 @@ def startup_lines(trainer: Any) -> list[str]:
         + (f" resumed_from={trainer.resumed_from}" if trainer.resumed_from else "")
     ]
     lines += attention_features(trainer.roles["actor"].backbone.config).notes()
+    sp = trainer.backend.sequence_parallel
+    if sp.enabled:
+        lines.append(
+            f"ModelConfig.ulysses_sequence_parallel_size: {sp.size} processes split each "
+            f"packed micro-batch ({sp.dp_size} data-parallel group(s)); attention is "
+            f"grouped_sdpa; share_prompt_prefix is off for the split passes"
+        )
     if trainer.host_memory_note:
         lines.append(f"TrainerConfig.keep_freed_host_memory: {trainer.host_memory_note}")
     if trainer.resume_changes:

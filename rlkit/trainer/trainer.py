@@ -151,6 +151,7 @@ class RLTrainer:
             mixed_precision=t.mixed_precision,
             cpu_offload=t.cpu_offload,
             seed=t.seed,
+            sequence_parallel_size=self.cfg.model.ulysses_sequence_parallel_size,
         )
         self.rank, self.world = self.backend.process_index, self.backend.num_processes
         if self.cfg.data.train_batch_size % self.world:

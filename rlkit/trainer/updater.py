@@ -51,7 +51,10 @@ class Updater:
         self, config: Any, backend: Any, algorithm: Any, report: Callable[[str], None]
     ) -> None:
         self.cfg, self.backend, self.algorithm, self.report = config, backend, algorithm, report
-        self.rank, self.world = backend.process_index, backend.num_processes
+        # Rows are shared out among data-parallel groups; the k processes of a Ulysses
+        # group (rlkit/trainer/ulysses.py) hold the same rows and split each sequence.
+        self.sp = backend.sequence_parallel
+        self.rank, self.world = self.sp.dp_rank, self.sp.dp_size
 
     # ------------------------------------------------------------ the plan
     def shares(self, batch: TrainBatch) -> tuple[TrainBatch, list[list[int]]]:
@@ -88,7 +91,8 @@ class Updater:
 
         def plan(min_parts: int) -> list[torch.Tensor]:
             if o.use_dynamic_bsz:
-                budget = o.max_token_len_per_micro_batch
+                # The budget is per process: a Ulysses group's k processes share a micro-batch.
+                budget = o.max_token_len_per_micro_batch * self.sp.size
                 return grouped_token_split(units, prompts, responses, budget, min_parts)
             parts = grouped_row_split(units, responses, o.micro_batch_size)
             return parts + [torch.zeros(0, dtype=torch.long)] * (min_parts - len(parts))
@@ -121,6 +125,8 @@ class Updater:
             if len(rows):
                 out[rows, : value.shape[1]] = value
         gathered = comm.gather_rows(out)  # the processes' shares, one after another
+        if self.sp.enabled:  # a Ulysses group's processes computed the same rows: keep one
+            gathered = gathered.unflatten(0, (-1, len(local)))[:: self.sp.size].flatten(0, 1)
         in_order = torch.empty_like(gathered)
         in_order[torch.tensor([i for rows in shares for i in rows])] = gathered
         return in_order[: len(batch)]
@@ -188,7 +194,9 @@ class Updater:
                 loss, additive, parts = loss_fn(micro, norms)
                 finite &= bool(torch.isfinite(loss))
                 if finite:
-                    self.backend.backward(loss * self.world)  # processes' grads are averaged
+                    # FSDP averages gradients over all processes (module docs of backend.py
+                    # and, for a Ulysses group's partial gradients, of ulysses.py).
+                    self.backend.backward(loss * self.backend.num_processes)
                 for key, value in additive.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 means.add(parts, weight=float(micro.loss_mask.sum()))
@@ -196,8 +204,9 @@ class Updater:
             skipped += int(not ok)
             keys = sorted(sums)
             packed = comm.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
+            packed /= self.sp.size  # each Ulysses group's k processes added the same sums
             totals.append(dict(zip(keys, packed.tolist())))
-            means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.world)
+            means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.backend.num_processes)
         out = means.reduced(comm.all_reduce)
         for key in totals[0] if totals else ():
             out[key] = float(np.mean([t[key] for t in totals]))

@@ -33,6 +33,7 @@ def load_policy(
         chunk_size=ctx.config.optim.logprob_chunk_size,
         remove_padding=m.use_remove_padding,
         share_prefix=m.share_prompt_prefix,
+        sequence_parallel=ctx.backend.sequence_parallel,
     )
 
 

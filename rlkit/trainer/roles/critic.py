@@ -30,7 +30,10 @@ class CriticRole(TrainedRole):
             m.critic_path or m.path, dtype=m.dtype, gguf_file=m.gguf_file
         )
         critic = CriticModule(
-            backbone, remove_padding=m.use_remove_padding, share_prefix=m.share_prompt_prefix
+            backbone,
+            remove_padding=m.use_remove_padding,
+            share_prefix=m.share_prompt_prefix,
+            sequence_parallel=ctx.backend.sequence_parallel,
         )
         self.prepare(critic, o.critic_lr)
 
