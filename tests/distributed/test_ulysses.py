@@ -19,6 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from algorithms import implicit_prm
 from tests.distributed.launch import accelerate_launch, free_port, launch_env
 from tests.distributed.test_trainer_two_processes import train_two_processes
 from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
@@ -61,20 +62,27 @@ def test_split_forwards_and_gradients_equal_the_unsplit_ones_in_every_family(tmp
             assert diff <= tol, f"{case} {quantity}: {diff:.3g} > {tol:.3g}"
 
 
-def _ulysses_run(model_dir: Path, out: Path, tmp_path: Path, k: int) -> dict:
-    """One PPO step (actor, critic, reference) on 2 processes with Ulysses size ``k``."""
-    bindings = LENGTH_REWARD_RUN | {
-        "ModelConfig.use_remove_padding": True,
-        "ModelConfig.ulysses_sequence_parallel_size": k,
-        "AlgorithmConfig.use_kl_loss": True,  # a reference pass too
-        "OptimConfig.use_dynamic_bsz": True,
-        "OptimConfig.max_token_len_per_micro_batch": 48,
-        "TrainerConfig.total_steps": 1,
-        "TrainerConfig.save_at_end": False,
-        "TrainerConfig.export_hf_at_end": True,
-        "TrainerConfig.val_before_train": False,
-    }
-    proc = train_two_processes(arithmetic_gin(model_dir, out, bindings, preset="ppo"), tmp_path)
+def _ulysses_run(
+    model_dir: Path, out: Path, tmp_path: Path, k: int, preset: str = "ppo", **extra
+) -> dict:
+    """One step of ``preset`` (PPO: actor, critic, reference) on 2 processes with Ulysses
+    size ``k``."""
+    bindings = (
+        LENGTH_REWARD_RUN
+        | extra
+        | {
+            "ModelConfig.use_remove_padding": True,
+            "ModelConfig.ulysses_sequence_parallel_size": k,
+            "AlgorithmConfig.use_kl_loss": True,  # a reference pass too
+            "OptimConfig.use_dynamic_bsz": True,
+            "OptimConfig.max_token_len_per_micro_batch": 48,
+            "TrainerConfig.total_steps": 1,
+            "TrainerConfig.save_at_end": False,
+            "TrainerConfig.export_hf_at_end": True,
+            "TrainerConfig.val_before_train": False,
+        }
+    )
+    proc = train_two_processes(arithmetic_gin(model_dir, out, bindings, preset=preset), tmp_path)
     return {"log": proc.stdout + proc.stderr, "metrics": _last_metrics(out)}
 
 
@@ -101,6 +109,26 @@ def test_a_ppo_step_split_two_ways_equals_the_unsplit_step(demo_model_dir, tmp_p
     before = load_file(Path(demo_model_dir) / "model.safetensors")
     assert any(not torch.equal(before[n], weights[2][n]) for n in before)  # it trained
     assert_adam_updates_agree(weights[2], weights[1], lr=1e-3, steps=1, betas=(0.9, 0.999))
+
+
+def test_a_prime_step_split_two_ways_equals_the_unsplit_step(demo_model_dir, tmp_path):
+    """PRIME: the implicit PRM's scoring forward and its own update split too."""
+    runs = {
+        k: _ulysses_run(
+            demo_model_dir, tmp_path / f"k{k}", tmp_path, k, "prime", **{"PrimeConfig.lr": 1e-3}
+        )["metrics"]
+        for k in (1, 2)
+    }
+    assert runs[2]["critic/score/mean"] == runs[1]["critic/score/mean"]
+    for key in (
+        implicit_prm.METRIC_DPO_LOSS,
+        implicit_prm.METRIC_REWARD,
+        implicit_prm.METRIC_GRAD_NORM,
+        "actor/pg_loss",
+        "actor/grad_norm",
+    ):
+        assert runs[2][key] == pytest.approx(runs[1][key], rel=1e-4, abs=1e-6), key
+    assert runs[2][implicit_prm.METRIC_GRAD_NORM] > 0
 
 
 def test_a_size_that_does_not_divide_the_processes_stops_with_one_message(demo_model_dir, tmp_path):
