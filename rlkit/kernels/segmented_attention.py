@@ -58,13 +58,15 @@ class AttentionSegments:
     def __init__(
         self,
         bounds: Sequence[tuple[int, int]],
-        masks: Sequence[torch.Tensor],
+        masks: Sequence[torch.Tensor] | None,
         query_runs: bool = True,
         positions: torch.Tensor | None = None,
+        device: torch.device | None = None,
     ) -> None:
+        # masks=None: every segment causal (:meth:`causal`), no mask built unless asked.
         problems = [
             f"segment {i} [{s}, {e}) has a mask of shape {tuple(m.shape)}"
-            for i, ((s, e), m) in enumerate(zip(bounds, masks, strict=True))
+            for i, ((s, e), m) in enumerate(zip(bounds, masks or [], strict=masks is not None))
             if m.shape != (1, 1, e - s, e - s) or m.dtype != torch.bool
         ]
         if problems:
@@ -72,7 +74,8 @@ class AttentionSegments:
                 "each segment needs a (1, 1, l, l) boolean mask: " + "; ".join(problems)
             )
         self.bounds = list(bounds)
-        self.masks = list(masks)
+        self._masks = None if masks is None else list(masks)
+        self.device = self._masks[0].device if self._masks else device
         starts = [0] + [e for _, e in self.bounds[:-1]]
         if [s for s, _ in self.bounds] != starts:
             raise ValueError(
@@ -81,10 +84,9 @@ class AttentionSegments:
         self.calls = 0
         """How many attention layers have read these segments."""
         if positions is None:
-            device = self.masks[0].device if self.masks else None
             positions = torch.cat(
-                [torch.arange(e - s, device=device) for s, e in self.bounds]
-                or [torch.zeros(0, dtype=torch.long, device=device)]
+                [torch.arange(e - s, device=self.device) for s, e in self.bounds]
+                or [torch.zeros(0, dtype=torch.long, device=self.device)]
             )
         self.positions = positions
         self._windowed: dict[int, AttentionSegments] = {}
@@ -92,16 +94,26 @@ class AttentionSegments:
         """Whether rows may be query runs (else one row per segment, the plain layout)."""
         self._queries, self._keys, self._valid, self._batch_mask = self._batch_layout()
         self._causal = self._rows_are_causal()
-        rows, _, width_q, width_k = self._batch_mask.shape
-        self.batch_shape = (rows, width_q, width_k)
+        rows, width_q = self._queries.shape
+        self.batch_shape = (rows, width_q, self._keys.shape[1])
         """The padded batch attention runs on: (rows, queries per row, keys per row)."""
+
+    @property
+    def masks(self) -> list[torch.Tensor]:
+        """Each segment's (1, 1, l, l) boolean mask (built here for causal segments)."""
+        if self._masks is None:
+            self._masks = [
+                torch.ones(e - s, e - s, dtype=torch.bool, device=self.device).tril()[None, None]
+                for s, e in self.bounds
+            ]
+        return self._masks
 
     def _batch_layout(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch SDPA runs on (see the module docs): per row, the packed-row positions
         of its queries (R, Wq) and keys (R, Wk), which query entries are real (R, Wq), and
         the (R, 1, Wq, Wk) mask. A padding query sees the row's first key (a real one), so
         no row of the softmax is empty; its output is dropped."""
-        device = self.masks[0].device if self.masks else None
+        device = self.device
         pieces = self._cheapest_pieces()
         width_q = max((b - a for _, a, b, _ in pieces), default=0)
         width_k = max((len(keys) for *_, keys in pieces), default=0)
@@ -109,14 +121,20 @@ class AttentionSegments:
         queries = torch.zeros(rows, width_q, dtype=torch.long, device=device)
         keys_at = torch.zeros(rows, width_k, dtype=torch.long, device=device)
         valid = torch.zeros(rows, width_q, dtype=torch.bool, device=device)
-        mask = torch.zeros(rows, 1, width_q, width_k, dtype=torch.bool, device=device)
+        causal = self._masks is None  # whole causal segments: SDPA's flag, no mask
+        mask = (
+            None
+            if causal
+            else torch.zeros(rows, 1, width_q, width_k, dtype=torch.bool, device=device)
+        )
         for row, (seg, a, b, keys) in enumerate(pieces):
-            start, own = self.bounds[seg][0], self.masks[seg][0, 0]
+            start = self.bounds[seg][0]
             queries[row, : b - a] = torch.arange(start + a, start + b, device=device)
             keys_at[row, : len(keys)] = keys + start
             valid[row, : b - a] = True
-            mask[row, 0, : b - a, : len(keys)] = own[a:b][:, keys]
-            mask[row, 0, b - a :, 0] = True
+            if not causal:
+                mask[row, 0, : b - a, : len(keys)] = self.masks[seg][0, 0][a:b][:, keys]
+                mask[row, 0, b - a :, 0] = True
         return queries, keys_at, valid, mask
 
     def _rows_are_causal(self) -> bool:
@@ -124,6 +142,8 @@ class AttentionSegments:
         ``is_causal`` instead of the mask: no (rows, queries, keys) mask is built or kept
         for the backward pass. A shorter row's padding queries then see padding keys too;
         their outputs are dropped, and no real query sees a key after it."""
+        if self._batch_mask is None:
+            return True
         if self._batch_mask.shape[-2] != self._batch_mask.shape[-1]:
             return False
         for row, valid in enumerate(self._valid):
@@ -141,6 +161,8 @@ class AttentionSegments:
         in packed order: whole segments, or (with ``query_runs``) query runs cut to at most
         Q queries where that costs less (:func:`_layout_cost`)."""
         whole = [(i, 0, e - s, e - s) for i, (s, e) in enumerate(self.bounds)]
+        if self._masks is None:  # causal: one run per segment, the whole segment
+            return [(i, 0, n, torch.arange(n, device=self.device)) for i, _, n, _ in whole]
         best, best_cost = None, _layout_cost(whole)
         masks = [m[0, 0] for m in self.masks] if self.query_runs else []
         runs = [(i, a, b) for i, m in enumerate(masks) for a, b in _query_runs(m)]
@@ -195,13 +217,12 @@ class AttentionSegments:
     ) -> AttentionSegments:
         """Rows of ``lengths`` tokens one after another, each causal within itself (rows of
         0 tokens take no segment; positions restart at 0 in each)."""
-        return cls.from_masks(
-            [
-                torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
-                for n in lengths
-                if n
-            ]
-        )
+        bounds, start = [], 0
+        for n in lengths:
+            if n:
+                bounds.append((start, start + n))
+                start += n
+        return cls(bounds, None, device=device)
 
     def run_decoder(
         self, decoder: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, setting: str
