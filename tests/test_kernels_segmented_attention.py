@@ -154,21 +154,7 @@ def test_any_mask_with_its_diagonal_attends_as_its_reference():
     for n in (6, 9, 1):
         mask = (torch.rand(n, n) < 0.4) | torch.eye(n, dtype=torch.bool)
         masks.append(mask[None, None])
-    segments = AttentionSegments.from_masks(masks)
-    q = torch.randn(1, 4, 16, 8, requires_grad=True)
-    k = torch.randn(1, 2, 16, 8, requires_grad=True)
-    v = torch.randn(1, 2, 16, 8, requires_grad=True)
-    weights = torch.randn(1, 16, 4, 8)
-    (segments.attend(q, k, v) * weights).sum().backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    (per_segment_attention_reference(segments, q, k, v) * weights).sum().backward()
-    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(
-        segments.attend(q, k, v), per_segment_attention_reference(segments, q, k, v)
-    )
+    assert_attends_as_per_segment_reference(AttentionSegments.from_masks(masks), 16)
 
 
 @settings(max_examples=40, deadline=None)
@@ -202,20 +188,27 @@ def test_causal_rows_of_several_lengths_attend_without_a_mask_as_their_reference
     # flag (no mask built); the 5- and 1-token rows' padding queries are dropped.
     segments = AttentionSegments.causal([5, 1, 8])
     assert segments._causal and segments.batch_shape == (3, 8, 8)
-    q = torch.randn(1, 4, 14, 8, requires_grad=True)
-    k = torch.randn(1, 2, 14, 8, requires_grad=True)
-    v = torch.randn(1, 2, 14, 8, requires_grad=True)
-    weights = torch.randn(1, 14, 4, 8)
-    (segments.attend(q, k, v) * weights).sum().backward()
-    grads = [t.grad.clone() for t in (q, k, v)]
-    for t in (q, k, v):
-        t.grad = None
-    ref = per_segment_attention_reference(segments, q, k, v)
-    (ref * weights).sum().backward()
-    torch.testing.assert_close(segments.attend(q, k, v), ref, rtol=1e-5, atol=1e-6)
-    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert_attends_as_per_segment_reference(segments, 14)
     # A window or a shared prompt is not plain causal: those keep their masks.
     assert not segments.windowed(3)._causal
     bounds, masks = prefix_masks([(2, [3, 2])])
     assert not AttentionSegments(bounds, masks)._causal
+
+
+def assert_attends_as_per_segment_reference(segments: AttentionSegments, tokens: int) -> None:
+    """Outputs and the query's, key's and value's gradients equal one SDPA call per
+    segment (4 query heads over 2 key/value heads of 8)."""
+    q = torch.randn(1, 4, tokens, 8, requires_grad=True)
+    k = torch.randn(1, 2, tokens, 8, requires_grad=True)
+    v = torch.randn(1, 2, tokens, 8, requires_grad=True)
+    weights = torch.randn(1, tokens, 4, 8)
+    (segments.attend(q, k, v) * weights).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    (per_segment_attention_reference(segments, q, k, v) * weights).sum().backward()
+    for got, want in zip(grads, (q.grad, k.grad, v.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        segments.attend(q, k, v), per_segment_attention_reference(segments, q, k, v)
+    )

@@ -213,6 +213,13 @@ class RLTrainer:
                     self.roles["actor"].backbone,
                     overrides=self.cfg.model.kernel_overrides or None,
                 )
+                if self.backend.sequence_parallel.enabled:
+                    # Ulysses' split segments are read by rlkit's grouped_sdpa attention
+                    # only, whatever attention this platform would choose.
+                    from rlkit.kernels.attention import grouped_sdpa_attention
+
+                    grouped_sdpa_attention(self.roles["actor"].backbone)
+                    self.kernel_choices["attention"] = "grouped_sdpa"
 
     def _resume(self) -> str | None:
         """Resume from ``TrainerConfig.resume_mode``'s checkpoint, if any; its path."""
