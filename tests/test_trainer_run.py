@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rlkit.logging import read_metrics
+from rlkit.trainer.checkpoint import verify_checkpoint
 from rlkit.trainer.trainer import RLTrainer
 from tests.experiment_factory import (
     LENGTH_REWARD,
@@ -206,6 +207,39 @@ def test_crash_while_saving_keeps_last_good_checkpoint(demo_model_dir, tmp_path,
     resumed.run()
     assert resumed.resumed_from.endswith("global_step_1")
     assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
+
+
+def test_ctrl_c_while_saving_finishes_the_checkpoint_then_stops(
+    demo_model_dir, tmp_path, monkeypatch, capfd
+):
+    # A real SIGINT in the middle of the second save: the write completes (checkpoint 2
+    # is the latest, manifest and all), and only then the run stops with KeyboardInterrupt.
+    import os
+    import signal
+
+    out = tmp_path / "ctrl_c"
+    cfg = small_experiment(
+        demo_model_dir, out, trainer={"total_steps": 3, "save_freq": 1, "val_before_train": False}
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    real = trainer.backend.save_sharded
+    calls = {"n": 0}
+
+    def ctrl_c_during_second_save(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.backend, "save_sharded", ctrl_c_during_second_save)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    trainer.cleanup()
+    assert "stopping after checkpoint global_step_2 is written" in capfd.readouterr().err
+    assert trainer.checkpoints.latest().name == "global_step_2"
+    verify_checkpoint(out / "checkpoints" / "global_step_2")  # every file's checksum holds
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_full_disk_while_saving_says_so_and_keeps_the_previous_checkpoint(

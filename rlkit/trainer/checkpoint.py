@@ -30,6 +30,9 @@ import os
 import pickle
 import random
 import shutil
+import signal
+import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,14 +203,16 @@ class CheckpointManager:
             if main:
                 self._publish(final, tmp, step)
 
-        for part in (make_dirs, write_shards, finish, publish):
-            failure = self._agree(_attempt(part))
-            if failure is not None:
-                # A partial checkpoint only takes space (it is never loaded: no COMPLETE
-                # marker in a final directory); delete it so the disk holds what it did.
-                if main:
-                    shutil.rmtree(tmp, ignore_errors=True)
-                self._raise(failure, final, tmp)
+        with _interrupt_after_write(final.name):
+            for part in (make_dirs, write_shards, finish, publish):
+                failure = self._agree(_attempt(part))
+                if failure is not None:
+                    # A partial checkpoint only takes space (it is never loaded: no
+                    # COMPLETE marker in a final directory); delete it so the disk holds
+                    # what it did.
+                    if main:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    self._raise(failure, final, tmp)
         return final
 
     def _agree(self, failure: tuple[bool, str, BaseException] | None) -> tuple | None:
@@ -390,6 +395,38 @@ def _unreadable_as_error(path: Path) -> Iterator[None]:
             f"checkpoint {path} cannot be read ({first}): it is damaged (delete it to "
             "resume from an older checkpoint) or was not saved by this experiment"
         ) from exc
+
+
+@contextlib.contextmanager
+def _interrupt_after_write(name: str) -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives while checkpoint ``name`` is written until the
+    write is complete, then raise it.
+
+    Why: a ``KeyboardInterrupt`` raised inside ``torch.distributed.checkpoint`` comes out
+    wrapped in its ``CheckpointException`` (not an interrupt), and on several processes it
+    would stop some of them inside a collective the others still wait in. Finishing the
+    write instead also leaves the newest checkpoint to resume from. Only the main thread
+    can install signal handlers; elsewhere the write runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if not caught:
+            print(f"rlkit: stopping after checkpoint {name} is written", file=sys.stderr)
+        caught.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt
+    elif caught and previous == signal.SIG_DFL:
+        raise KeyboardInterrupt
 
 
 def _attempt(part: Any) -> tuple[bool, str, BaseException] | None:
