@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 USER_ERROR_EXIT = 2
 
@@ -30,7 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     prepare = commands.add_parser("prepare", help="write a preset in verl's Parquet layout")
-    prepare.add_argument("name", help=f"a preset: {', '.join(SHARED_DATASETS)}")
+    prepare.add_argument(
+        "name", help=f"a preset or built-in task: {', '.join([*SHARED_DATASETS, *TASKS])}"
+    )
     prepare.add_argument("--out", required=True, help="output folder (<split>.<format> files)")
     prepare.add_argument("--format", default="parquet", choices=FORMATS, dest="fmt")
     prepare.add_argument(
@@ -38,6 +41,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands.add_parser("list", help="the presets, their splits and hub datasets")
     return parser
+
+
+TASKS = {"colour_shapes": ("rlkit.tasks.colour_shapes", "colour_dataset", ("train", "val"))}
+"""Built-in tasks whose rows are made on the fly: name -> (module, dataset function,
+splits). ``colour_shapes`` carries an ``images`` column (the vision-language demo)."""
+
+
+def _prepare_task(name: str, out: str, fmt: str, splits: list[str] | None) -> list[Any]:
+    """A built-in task's splits written in verl's layout, as ``prepare`` writes a preset."""
+    import importlib
+    from pathlib import Path
+
+    from rlkit.data.verl_format import FORMATS, write_verl
+
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    module, function, known = TASKS[name]
+    unknown = sorted(set(splits or ()) - set(known))
+    if unknown:
+        raise ValueError(f"{name} has no split {unknown[0]!r}; choose from {', '.join(known)}")
+    dataset_fn = getattr(importlib.import_module(module), function)
+    return [
+        write_verl(dataset_fn(split), Path(out) / f"{split}.{fmt}", split=split)
+        for split in splits or known
+    ]
 
 
 def _list() -> None:
@@ -53,6 +81,8 @@ def _list() -> None:
         hub = preset.hub.repo + (f" ({configs})" if configs else "")
         splits = "/".join(preset.splits)
         print(f"  {name:<{width}}  {splits:<10}  reward={preset.reward:<6}  {hub}")
+    for name, (_, _, splits) in TASKS.items():
+        print(f"  {name}  {'/'.join(splits)}  built-in task, made on the fly (images)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             _list()
             return 0
-        written = prepare_dataset(args.name, args.out, fmt=args.fmt, splits=args.split)
+        if args.name in TASKS:
+            written = _prepare_task(args.name, args.out, args.fmt, args.split)
+        else:
+            written = prepare_dataset(args.name, args.out, fmt=args.fmt, splits=args.split)
     except (PromptDataError, UnknownSharedDatasetError, ValueError, FileNotFoundError) as exc:
         print(f"rlkit data: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT

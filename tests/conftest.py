@@ -90,6 +90,15 @@ def demo_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def vision_model_dir(tmp_path_factory) -> str:
+    """A tiny Qwen2.5-VL briefly warmed up on naming the colour of a square (it reads the
+    picture a little)."""
+    from rlkit.tasks.colour_shapes import colour_sft_model
+
+    return colour_sft_model(str(tmp_path_factory.mktemp("vision_sft") / "model"), steps=40)
+
+
+@pytest.fixture(scope="session")
 def tool_model_dir(tmp_path_factory) -> str:
     """A tiny Qwen2 warmed up to call the calculator on multiplication (shared by the
     embedded and SGLang multi-turn tests)."""

@@ -69,15 +69,30 @@ def reduction_depth(config, *, rows: int, positions: int) -> int:
     * per layer, forward and backward: the matmuls' inner sizes (hidden size and MLP
       width), attention over ``positions`` keys, and the head dimension of the scores.
 
+    A vision-language model adds its vision tower's chain in front of the language
+    model's: the patch embedding's inner size (channels x time x patch area), then per
+    vision block its matmuls' inner sizes and attention over an image's patches (bounded
+    by ``positions`` x merge area, as an image's tokens are part of the sequence).
+
     Args:
         config: a Hugging Face model config (``hidden_size``, ``intermediate_size``,
-            ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``).
+            ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``; a
+            vision-language config's text and vision parts).
         rows: sequences that contribute to one optimizer step.
         positions: the longest sequence (prompt + response), in tokens.
     """
+    vision = getattr(config, "vision_config", None)
+    extra = 0
+    if vision is not None:
+        patch = vision.in_chans * vision.temporal_patch_size * vision.patch_size**2
+        patches = positions * vision.spatial_merge_size**2
+        extra = patch + 2 * vision.depth * (vision.hidden_size + vision.intermediate_size + patches)
+        config = config.get_text_config()
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     per_layer = config.hidden_size + config.intermediate_size + positions + head_dim
-    return rows * positions + 2 * config.vocab_size + 2 * config.num_hidden_layers * per_layer
+    return (
+        rows * positions + 2 * config.vocab_size + 2 * config.num_hidden_layers * per_layer + extra
+    )
 
 
 def assert_gradients_close(

@@ -26,9 +26,11 @@ from typing import Any
 
 import datasets
 
+from rlkit.data.images import ImageDataError, check_placeholders, decode_image, stored_image
 from rlkit.data.prompt_schema import (
     COLUMNS,
     FEATURES,
+    IMAGE_FEATURES,
     build_messages,
     decode_extra_info,
     encode_extra_info,
@@ -289,7 +291,27 @@ def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict
         }
     if example["id"] is not None and not isinstance(example["id"], str | int):
         raise _RowProblem(f"id is {type(example['id']).__name__}, expected a string or integer")
+    if row.get("images") is not None:
+        example["images"] = _images(row["images"], example["prompt"])
     return example
+
+
+def _images(values: Any, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A row's images as stored records, each decoded once here so that an unreadable one
+    stops the load at its row; the placeholders must match them."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise _RowProblem(f"images must be a list of images, got {type(values).__name__}")
+    try:
+        records = [stored_image(v) for v in values]
+        for i, record in enumerate(records):
+            try:
+                decode_image(record)
+            except ImageDataError as exc:
+                raise ImageDataError(f"image {i}: {exc}") from None
+        check_placeholders(messages, len(records))
+    except ImageDataError as exc:
+        raise _RowProblem(str(exc)) from None
+    return records
 
 
 def _collect(
@@ -441,8 +463,13 @@ def _build(
         logger.warning("%s: skipped %d malformed rows; first: %s", source, len(skipped), skipped[0])
     report = LoadReport(source, len(examples), len(skipped), tuple(skipped[:_MAX_REPORTED]))
     description = json.dumps({_REPORT_KEY: asdict(report)})
-    info = datasets.DatasetInfo(description=description, features=FEATURES)
-    return datasets.Dataset.from_list(examples, features=FEATURES, info=info)
+    features = FEATURES
+    if any("images" in e for e in examples):
+        features = IMAGE_FEATURES
+        for example in examples:
+            example.setdefault("images", [])
+    info = datasets.DatasetInfo(description=description, features=features)
+    return datasets.Dataset.from_list(examples, features=features, info=info)
 
 
 def write_parquet(dataset: datasets.Dataset, path: str | Path) -> Path:

@@ -10,6 +10,9 @@ column          meaning
 ``extra_info``  optional: the row's free-form fields for rewards, a JSON object
                 stored as a string (Arrow needs one type per column); read it
                 with :func:`decode_extra_info`
+``images``      optional: the images of a vision-language prompt, each
+                ``{"bytes": ..., "path": ...}``, one ``<image>`` in the
+                messages per image (:mod:`rlkit.data.images`)
 ==============  ==========================================================
 """
 
@@ -33,6 +36,14 @@ FEATURES = datasets.Features(
         "extra_info": datasets.Value("string"),
     }
 )
+
+IMAGE_FEATURES = datasets.Features(
+    {
+        **FEATURES,
+        "images": [{"bytes": datasets.Value("binary"), "path": datasets.Value("string")}],
+    }
+)
+"""The schema of a dataset with image prompts (rows without images hold ``[]``)."""
 
 
 def encode_extra_info(value: Mapping[str, Any] | None) -> str:

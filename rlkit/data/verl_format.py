@@ -59,6 +59,8 @@ def verl_rows(
                 "ability": ability,
                 "reward_model": {"style": "rule", "ground_truth": row["ground_truth"]},
                 "extra_info": {**extra, "split": split, "index": index, "id": row["id"]},
+                # verl's vision-language column: each image as {"bytes", "path"}
+                **({"images": list(row["images"])} if row.get("images") else {}),
             }
         )
     return out
@@ -86,6 +88,11 @@ def write_verl(
     path.parent.mkdir(parents=True, exist_ok=True)
     records = verl_rows(rows, split=split, data_source=data_source, ability=ability)
     if path.suffix == ".jsonl":
+        if any(image.get("bytes") for r in records for image in r.get("images", ())):
+            raise ValueError(
+                f"{path}: images held as bytes cannot be written to JSON Lines; write Parquet "
+                f"(--format parquet)"
+            )
         with path.open("w", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -7,9 +7,16 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedModel
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    PreTrainedModel,
+)
 
 from rlkit.models.attention_features import check_supported, keep_exact_attention
+from rlkit.models.vision_language import is_vision_language
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,12 +56,19 @@ def load_causal_lm(
     check_model_dir(path)
     if dtype not in DTYPES:
         raise ValueError(f"ModelConfig.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    auto = AutoModelForImageTextToText if _vision_language_dir(path) else AutoModelForCausalLM
+    model = auto.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
     check_supported(model.config)
     keep_exact_attention(model)
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
+
+
+def _vision_language_dir(path: str) -> bool:
+    """Whether the model directory holds a vision-language model (Qwen2-VL, Qwen2.5-VL)."""
+    config = Path(path) / "config.json"
+    return config.is_file() and is_vision_language(AutoConfig.from_pretrained(path))
 
 
 def load_critic_backbone(

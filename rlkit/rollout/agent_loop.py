@@ -58,6 +58,8 @@ class AgentRequest:
         prompt_ids: the rendered prompt (tools included in it when the loop uses tools).
         messages: the prompt's chat messages (the start of the conversation).
         ground_truth, data_source, extra_info: the dataset row's, for an interaction.
+        multimodal_inputs: an image prompt's model inputs (``pixel_values``,
+            ``image_grid_thw``); ``None`` for a text prompt.
     """
 
     prompt_ids: list[int]
@@ -65,6 +67,7 @@ class AgentRequest:
     ground_truth: str = ""
     data_source: str = ""
     extra_info: Mapping[str, Any] = field(default_factory=dict)
+    multimodal_inputs: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -136,8 +139,14 @@ def single_turn(
     policy_version: int,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     """One response per sample, all of it the policy's: today's RL with verifiable rewards."""
-    rollout = engine.generate([r.prompt_ids for r in requests], params)
-    return trajectories_from_rollout(rollout, policy_version=policy_version), dict(rollout.metrics)
+    multimodal = [r.multimodal_inputs for r in requests]
+    # Only image prompts pass images: an engine that cannot take them is never asked to.
+    images = {"multimodal": multimodal} if any(m is not None for m in multimodal) else {}
+    rollout = engine.generate([r.prompt_ids for r in requests], params, **images)
+    trajectories = trajectories_from_rollout(rollout, policy_version=policy_version)
+    for trajectory in trajectories:
+        trajectory.multimodal_inputs = multimodal[trajectory.prompt_index]
+    return trajectories, dict(rollout.metrics)
 
 
 @dataclass

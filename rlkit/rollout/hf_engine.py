@@ -22,7 +22,7 @@ across its turns) or, with ``generate``, turns batched through :meth:`generate`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from transformers import (
 )
 
 from rlkit.models.attention_features import attention_features
+from rlkit.models.vision_language import concat_images
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
 from rlkit.rollout.continuous_decode import ContinuousDecoder
@@ -173,16 +174,26 @@ class HFEngine(RolloutEngine):
         self.eos_token_ids = tuple(eos_token_ids)
         self.generation_batch_size = generation_batch_size
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        params: SamplingParams,
+        multimodal: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+    ) -> RolloutBatch:
+        """Sample ``params.n`` responses per prompt; ``multimodal``: each prompt's image
+        inputs (``None`` for a text prompt). Image prompts always decode in rlkit's loop,
+        which runs the vision tower once per prompt."""
         rows = [list(p) for p in prompt_ids for _ in range(params.n)]
         index = [i for i in range(len(prompt_ids)) for _ in range(params.n)]
         out = RolloutBatch([], [], [], [], [])
+        images = multimodal if multimodal and any(m is not None for m in multimodal) else None
         with self.weights.generation_context() as (model, extra):
             was_training = model.training
             model.eval()
             try:
-                if self.decode_loop == "rlkit":
-                    self._decode(model, [list(p) for p in prompt_ids], params, extra, out)
+                if self.decode_loop == "rlkit" or images is not None:
+                    prompts = [list(p) for p in prompt_ids]
+                    self._decode(model, prompts, params, extra, out, images)
                 else:
                     size = self.generation_batch_size
                     for c in range(_num_chunks(len(rows), size, extra)):
@@ -201,14 +212,16 @@ class HFEngine(RolloutEngine):
         params: SamplingParams,
         extra: dict[str, Any],
         out: RolloutBatch,
+        images: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
     ) -> None:
         """:func:`kv_decode.decode` over chunks of whole prompt groups."""
         per_chunk = max(1, self.generation_batch_size // params.n)
         warp = _warp_function(params)
         for c in range(_num_chunks(len(prompts), per_chunk, extra)):
+            chunk = slice(c * per_chunk, (c + 1) * per_chunk)
             result = decode(
                 model,
-                prompts[c * per_chunk : (c + 1) * per_chunk],
+                prompts[chunk],
                 n=params.n,
                 max_new_tokens=params.max_new_tokens,
                 pad_token_id=self.pad_token_id,
@@ -216,6 +229,7 @@ class HFEngine(RolloutEngine):
                 warp=warp,
                 greedy=params.temperature <= 0,
                 synced=bool(extra.get("synced_gpus")),
+                images=None if images is None else concat_images(images[chunk]),
             )
             out.response_ids += result.response_ids
             out.rollout_log_probs += result.log_probs

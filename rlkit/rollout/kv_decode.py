@@ -38,6 +38,7 @@ import torch
 from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.kernels.shared_prefix_decode import SHARED_PREFIX_KWARG
 from rlkit.models.attention_features import attention_features
+from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
 from rlkit.rollout.kv_cache import (
     check_prefixes_read,
     in_place_cache,
@@ -117,17 +118,35 @@ class _Stepper:
         # take logits_to_keep; the rest compute them all, which is just slower).
         self.keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
-    def prefill(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int):
+    def prefill(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        max_new_tokens: int,
+        images: dict[str, torch.Tensor] | None = None,
+    ):
+        """The prompts' last logits and their KV cache. Sets :attr:`delta`, (B,): how far
+        each row's positions run from its token count (multimodal positions; else 0)."""
+        ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        self.delta = torch.zeros(ids.shape[0], dtype=torch.long, device=self.device)
+        inputs = {"input_ids": ids}
+        if images is not None:  # the vision tower runs here, once per prompt
+            trunk = vision_trunk(self.model)
+            images = {k: v.to(self.device) for k, v in images.items()}
+            positions, delta = rope_positions(trunk, ids, mask, images["image_grid_thw"])
+            self.delta = delta.view(-1).to(self.device)
+            inputs = {"inputs_embeds": image_embeddings(trunk, ids, images)}
+        self.vision = images is not None
         # Room for every token of the rollout, written in place (None: the model's own).
         config = getattr(self.model, "config", None)
         make_cache = shared_prefix_cache if self.shared else in_place_cache
         cache = make_cache(config, ids.shape[1] + max_new_tokens) if config else None
         self.shared = self.shared and cache is not None
         out = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
+            **inputs,
+            attention_mask=mask,
+            position_ids=positions,
             past_key_values=cache,
             use_cache=True,
             **self.keep_last,
@@ -143,10 +162,13 @@ class _Stepper:
 
     def decode(self, tokens, mask, positions, cache):
         shared = {SHARED_PREFIX_KWARG: prefix_reader(cache)} if self.shared else {}
+        positions = positions[:, None]
+        if self.vision:  # a generated token advances time, height and width together
+            positions = positions[None].expand(3, -1, -1)
         out = self.model(
             input_ids=tokens[:, None],
             attention_mask=mask,
-            position_ids=positions[:, None],
+            position_ids=positions,
             past_key_values=cache,
             use_cache=True,
             **shared,
@@ -205,6 +227,7 @@ def decode(
     greedy: bool = False,
     synced: bool = False,
     shared_prefix: bool | None = None,
+    images: dict[str, torch.Tensor] | None = None,
 ) -> DecodeResult:
     """Sample ``n`` responses to each prompt (rows grouped by prompt, as the engine returns).
 
@@ -226,6 +249,11 @@ def decode(
             when ``n > 1``, the prompts are at least :data:`SHARED_PREFIX_MIN_TOKENS`
             wide and the model uses that kernel. Either way the result is the same up
             to float rounding.
+        images: the image prompts' model inputs (``pixel_values`` and ``image_grid_thw`` of
+            every prompt's images, in prompt order) for a vision-language model; the
+            vision tower runs once per prompt, in the prefill, and the ``n`` rows share
+            its result through the repeated cache. Image prompts never share their
+            prefix's cache (``shared_prefix`` is taken as ``False``).
 
     Returns:
         A :class:`DecodeResult` of ``len(prompts) * n`` rows.
@@ -239,14 +267,18 @@ def decode(
     else:  # nothing to generate, but the prefill still joins FSDP's all-gathers
         ids = torch.full((1, 1), pad_token_id, dtype=torch.long)
         mask = torch.ones_like(ids)
+    if images is not None:
+        shared_prefix = False
     shared = _share_prefix(model, shared_prefix, n if prompts else 1, ids.shape[1])
     step = _Stepper(model, pad_token_id, synced, shared)
-    logits, cache = step.prefill(ids, mask, max_new_tokens)
+    logits, cache = step.prefill(ids, mask, max_new_tokens, images)
+    mask = mask.to(step.device)
+    # The next token's position: the prompts' real lengths (plus a multimodal offset).
+    positions = mask.sum(-1) + step.delta
     if n > 1 and prompts:
         cache.batch_repeat_interleave(n)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
-    mask = mask.to(step.device)
-    positions = mask.sum(-1)  # the next token's position: the prompts' real lengths
+        positions = positions.repeat_interleave(n, 0)
     stops = torch.tensor(sorted(set(stop_token_ids)), dtype=torch.long, device=step.device)
     tokens = torch.full((rows, max_new_tokens), pad_token_id, dtype=torch.long, device=step.device)
     log_probs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=step.device)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from rlkit.models.vision_language import concat_images
 from rlkit.rollout.trajectory import NOT_GENERATED, Trajectory
 
 SEQUENCE, TOKEN, ROW, OBJECT = "sequence", "token", "row", "object"
@@ -159,11 +160,9 @@ class TrainBatch:
             "position_ids": self.position_ids,
             "responses": self.responses,
         }
-        rows = [m for m in self.multimodal_inputs if m]
-        if rows:
-            inputs["multimodal"] = {
-                key: torch.cat([r[key] for r in rows]).to(self.input_ids.device) for key in rows[0]
-            }
+        images = concat_images(self.multimodal_inputs)
+        if images:
+            inputs["multimodal"] = {k: v.to(self.input_ids.device) for k, v in images.items()}
         return inputs
 
 

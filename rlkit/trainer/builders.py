@@ -51,10 +51,15 @@ def tool_schemas(agent: Any) -> list[dict[str, Any]] | None:
 
 
 def load_prompts(
-    data: Any, split: str, tokenizer: Any, tools: list[dict[str, Any]] | None
+    data: Any,
+    split: str,
+    tokenizer: Any,
+    tools: list[dict[str, Any]] | None,
+    images: Any = None,
 ) -> tuple[PromptSet, int]:
     """The ``train`` or ``val`` prompts of ``DataConfig`` ``data``, tokenized, and how many
-    malformed rows were skipped (``on_error="skip"``)."""
+    malformed rows were skipped (``on_error="skip"``). ``images``: the vision-language
+    model's :class:`~rlkit.data.image_prompts.ImagePromptRenderer` (``None``: text-only)."""
     from rlkit.data import load_report
 
     options = {
@@ -85,6 +90,7 @@ def load_prompts(
         use_chat_template=data.use_chat_template,
         name=split,
         tools=tools,
+        images=images,
     )
     if data.reward in ("by_data_source", "default"):  # stop before the model loads
         from rewards.by_data_source import check_data_sources

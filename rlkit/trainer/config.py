@@ -65,6 +65,11 @@ class ModelConfig:
     docs/sequence_parallel.md). Needs ``use_remove_padding``; the token budget
     ``OptimConfig.max_token_len_per_micro_batch`` is per process, so a group's micro-batch
     holds up to ``k`` times it; ``share_prompt_prefix`` is off for the split passes."""
+    freeze_vision_tower: bool = False
+    """A vision-language policy (Qwen2-VL / Qwen2.5-VL) keeps its vision tower
+    (transformers' ``visual`` module: patch embedding, blocks and patch merger) as loaded,
+    and only the language model trains (verl's ``actor.freeze_vision_tower``). No effect
+    on a text-only model."""
     lora_rank: int = 0
     """0 = full fine-tuning; > 0 trains LoRA adapters (peft) and uses the adapter-free
     model as the reference policy."""
@@ -507,6 +512,7 @@ class ExperimentConfig:
         problems += self._prime_problems()
         problems += self._model_family_problems()
         problems += self._sequence_parallel_problems()
+        problems += self._vision_language_problems()
         problems += rollout_mode_problems(self)
         if problems:
             raise ValueError(format_problems(problems))
@@ -528,6 +534,34 @@ class ExperimentConfig:
                     check_model_family(path, setting)
             except UnsupportedModelError as exc:
                 problems.append(str(exc))
+        return problems
+
+    def _vision_language_problems(self) -> list[str]:
+        """A vision-language policy with a rollout it cannot run on: engines other than the
+        embedded one, multi-turn agent loops (docs/vision_language.md)."""
+        path = self.model.path
+        if not path or not (Path(path) / "config.json").is_file():
+            return []
+        from transformers import AutoConfig
+
+        from rlkit.models.vision_language import is_vision_language
+
+        if not is_vision_language(AutoConfig.from_pretrained(path)):
+            return []
+        problems = []
+        r = self.rollout
+        if r.engine not in ("hf", "transformers"):
+            problems.append(
+                f"ModelConfig.path ({path}) is a vision-language model, which rlkit rolls out "
+                f"on the embedded engine only; RolloutConfig.engine = {r.engine!r} cannot "
+                f"serve it: set RolloutConfig.engine = 'hf'"
+            )
+        if r.agent_loop != "single_turn":
+            problems.append(
+                f"ModelConfig.path ({path}) is a vision-language model, which rlkit rolls out "
+                f"single-turn only; RolloutConfig.agent_loop = {r.agent_loop!r}: set it to "
+                f"'single_turn'"
+            )
         return problems
 
     def _sequence_parallel_problems(self) -> list[str]:

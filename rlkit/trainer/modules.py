@@ -19,8 +19,9 @@ from transformers import PreTrainedModel
 from rlkit import ops
 from rlkit.distributed.sequence_parallel import SequenceParallel
 from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
-from rlkit.kernels.segmented_attention import AttentionSegments
+from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
 from rlkit.models.attention_features import attention_features
+from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 from rlkit.trainer.ulysses import UlyssesPacking
 
@@ -35,7 +36,8 @@ def _response_hidden(
     """Hidden states that predict each response token: positions P-1 .. P+T-2. (B, T, H).
 
     ``batch`` is :meth:`TrainBatch.model_inputs`: ids, masks, positions, responses and,
-    for multimodal rows, a ``multimodal`` dict handed to the model's forward untouched.
+    for image rows, a ``multimodal`` dict of their image inputs (``pixel_values``,
+    ``image_grid_thw``).
     ``share_prefix``: rows with the same prompt run it once (:mod:`prefix_sharing`), where
     the model and the batch allow it; else the plain rows.
     """
@@ -44,19 +46,7 @@ def _response_hidden(
     if share_prefix and supports_prefix_sharing(decoder, batch):
         return shared_prefix_hidden(decoder, batch, prompt_width)
     if multimodal:
-        if remove_padding:
-            raise ValueError(
-                "ModelConfig.use_remove_padding does not pack multimodal inputs; "
-                "set it to False for a vision-language policy"
-            )
-        # The multimodal trunk merges e.g. image features into the token embeddings and
-        # derives its own (multi-axis) positions, so no position ids are passed.
-        hidden = _multimodal_trunk(backbone)(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            use_cache=False,
-            **multimodal,
-        ).last_hidden_state
+        hidden = _vision_language_hidden(backbone, batch, prompt_width, remove_padding)
     elif remove_padding:
         hidden = _unpadded_hidden(decoder, batch)
     else:
@@ -76,18 +66,44 @@ def _decoder(backbone: nn.Module) -> nn.Module:
     return decoder if decoder is not None else backbone
 
 
-def _multimodal_trunk(backbone: nn.Module) -> nn.Module:
-    """The base model of a ``*ForConditionalGeneration`` (its ``.model``), which takes
-    pixel values and grids; under peft, that of the wrapped model."""
-    get_base = getattr(backbone, "get_base_model", None)
-    base = get_base() if callable(get_base) else backbone
-    trunk = getattr(base, "model", None)
-    if trunk is None:
-        raise ValueError(
-            f"{type(base).__name__} has no .model to take multimodal inputs; a "
-            "vision-language policy must be a transformers *ForConditionalGeneration model"
-        )
-    return trunk
+def _vision_language_hidden(
+    backbone: nn.Module, batch: dict[str, Any], prompt_width: int, remove_padding: bool
+) -> torch.Tensor:
+    """The language model over image rows: the vision tower's features in the image
+    tokens' place, multimodal rotary positions (:mod:`rlkit.models.vision_language`, the
+    rollout's own). With ``remove_padding`` the rows are packed into one as for text rows,
+    each attended within its segment. Returns (B, L, H)."""
+    trunk = vision_trunk(backbone)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    images = batch["multimodal"]
+    positions, _ = rope_positions(trunk, ids, mask, images["image_grid_thw"], prompt_width)
+    embeds = image_embeddings(trunk, ids, images, prompt_width)
+    language = trunk.language_model
+    if not remove_padding:
+        return language(
+            inputs_embeds=embeds, attention_mask=mask, position_ids=positions, use_cache=False
+        ).last_hidden_state
+    keep = mask.bool()
+    packed, rope = embeds[keep][None], positions[:, keep][:, None]
+    if getattr(language.config, "_attn_implementation", None) == GROUPED_SDPA:
+        segments = AttentionSegments.causal(keep.sum(dim=1).tolist(), keep.device)
+        out = language(
+            inputs_embeds=packed,
+            position_ids=rope,
+            attention_mask=segments.stand_in_mask(keep.device),
+            use_cache=False,
+            **{SEGMENTS_KWARG: segments},
+        ).last_hidden_state[0]
+        segments.require_read(language, "ModelConfig.use_remove_padding")
+    else:
+        # Text positions first (restarting per row): transformers reads the row
+        # boundaries from them, as for packed text rows.
+        text = batch["position_ids"][keep][None, None]
+        out = language(
+            inputs_embeds=packed, position_ids=torch.cat([text, rope]), use_cache=False
+        ).last_hidden_state[0]
+    hidden = out.new_zeros(*keep.shape, out.shape[-1])
+    return hidden.index_put((keep,), out)
 
 
 def _unpadded_hidden(decoder: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

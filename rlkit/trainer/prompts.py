@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from rlkit.data.image_prompts import ImagePromptRenderer
+from rlkit.data.images import ImageDataError
 from rlkit.data.prompt_dataset import PromptDataError
 
 
@@ -20,6 +22,9 @@ class PromptSet:
         messages: the chat messages of each prompt.
         texts: each prompt as rendered for the model (chat template applied).
         extra_infos: each row's ``extra_info`` dict (``{}`` if the dataset has none).
+        multimodal: each prompt's image inputs for the model (``pixel_values``,
+            ``image_grid_thw``), ``None`` for a text prompt.
+        images: each prompt's decoded images (``[]`` for a text prompt), for rewards.
         num_truncated / num_filtered: prompts longer than the limit that were cut
             (left truncation keeps the end) or dropped; reported in metrics.
     """
@@ -31,6 +36,8 @@ class PromptSet:
     messages: list[list[dict[str, Any]]] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     extra_infos: list[dict[str, Any]] = field(default_factory=list)
+    multimodal: list[dict[str, torch.Tensor] | None] = field(default_factory=list)
+    images: list[list[Any]] = field(default_factory=list)
     num_truncated: int = 0
     num_filtered: int = 0
 
@@ -47,29 +54,50 @@ def tokenize_prompts(
     use_chat_template: bool,
     name: str,
     tools: list[dict[str, Any]] | None = None,
+    images: ImagePromptRenderer | None = None,
 ) -> PromptSet:
     """Render and tokenise every row of a prompt-schema dataset.
 
     Args:
         dataset: rows with ``prompt`` (chat messages), ``ground_truth``, ``data_source``,
-            ``id`` and optionally ``extra_info``.
+            ``id`` and optionally ``extra_info`` and ``images``.
         truncation: ``error`` (raise, naming the row), ``left`` (keep the last
-            ``max_prompt_length`` tokens) or ``filter`` (drop the row).
+            ``max_prompt_length`` tokens) or ``filter`` (drop the row). An image prompt
+            is never cut (its image tokens would no longer match its image): ``left``
+            raises for it too.
         name: the dataset's name for error messages (e.g. ``train``).
         tools: function-calling schemas rendered into every prompt (agent loops).
+        images: the vision-language model's renderer; ``None`` for a text-only model,
+            which refuses rows with images.
     """
     from rlkit.data import decode_extra_info
 
     out = PromptSet()
     for i, row in enumerate(dataset):
-        text = _render(row, i, name, tokenizer, use_chat_template, tools)
+        where = f"{name} prompt {i} (id {row.get('id')!r})"
+        row_images = row.get("images") or []
+        if row_images and images is None:
+            raise PromptDataError(
+                f"{where} has {len(row_images)} image(s), but the model is text-only; set "
+                f"ModelConfig.path to a vision-language model (Qwen2-VL / Qwen2.5-VL) or "
+                f"drop the dataset's images column"
+            )
+        messages = images.messages(row["prompt"]) if row_images else row["prompt"]
+        text = _render(messages, where, tokenizer, use_chat_template, tools)
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        inputs, decoded = None, []
+        if row_images:
+            try:
+                ids, inputs, decoded = images.render(ids, row_images)
+            except ImageDataError as exc:
+                raise PromptDataError(f"{where}: {exc}") from None
         if len(ids) > max_prompt_length:
-            if truncation == "error":
+            if truncation == "error" or (truncation == "left" and inputs is not None):
+                kind = "an image prompt (never cut)" if inputs is not None else "a prompt"
                 raise PromptDataError(
-                    f"{name} prompt {i} (id {row.get('id')!r}) has {len(ids)} tokens > "
-                    f"DataConfig.max_prompt_length={max_prompt_length}; raise the limit or set "
-                    f"DataConfig.truncation to 'left' or 'filter'"
+                    f"{where} is {kind} of {len(ids)} tokens > DataConfig.max_prompt_length="
+                    f"{max_prompt_length}; raise the limit or set DataConfig.truncation to "
+                    f"{'filter' if inputs is not None else 'left or filter'}"
                 )
             if truncation == "filter":
                 out.num_filtered += 1
@@ -83,6 +111,8 @@ def tokenize_prompts(
         out.messages.append([dict(m) for m in row["prompt"]])
         out.texts.append(text)
         out.extra_infos.append(decode_extra_info(row.get("extra_info")))
+        out.multimodal.append(inputs)
+        out.images.append(decoded)
     if not out.token_ids:
         raise PromptDataError(
             f"the {name} dataset has no usable prompt: all {out.num_filtered} are longer than "
@@ -93,9 +123,8 @@ def tokenize_prompts(
 
 
 def _render(
-    row: Any,
-    index: int,
-    name: str,
+    messages: Any,
+    where: str,
     tokenizer: Any,
     use_chat_template: bool,
     tools: list[dict[str, Any]] | None,
@@ -104,11 +133,9 @@ def _render(
     from rlkit.data import render_prompt
 
     try:
-        return render_prompt(
-            row["prompt"], tokenizer, use_chat_template=use_chat_template, tools=tools
-        )
+        return render_prompt(messages, tokenizer, use_chat_template=use_chat_template, tools=tools)
     except ValueError as exc:
-        raise PromptDataError(f"{name} prompt {index} (id {row.get('id')!r}): {exc}") from None
+        raise PromptDataError(f"{where}: {exc}") from None
 
 
 class PromptSampler:

@@ -233,6 +233,7 @@ class RolloutSource:
                     ground_truth=prompts.ground_truths[i],
                     data_source=prompts.data_sources[i],
                     extra_info=prompts.extra_infos[i],
+                    multimodal_inputs=prompts.multimodal[i] if prompts.multimodal else None,
                 )
                 for i in mine
             ]

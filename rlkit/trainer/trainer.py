@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLES, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import agent_config
@@ -71,8 +72,9 @@ class RLTrainer:
         self.tokenizer = builders.load_tokenizer(cfg.model)
         self.agent = agent_config(cfg.rollout.agent)
         tools = builders.tool_schemas(self.agent)
+        images = ImagePromptRenderer.for_model(cfg.model.path, self.tokenizer)
         self.train_prompts, skipped = builders.load_prompts(
-            cfg.data, "train", self.tokenizer, tools
+            cfg.data, "train", self.tokenizer, tools, images
         )
         self._note_skipped("train", skipped)
         cfg.trainer.total_steps = builders.total_steps_of(
@@ -81,7 +83,7 @@ class RLTrainer:
         self.val_prompts = None
         if cfg.data.val_files or cfg.data.dataset_fn:
             self.val_prompts, skipped = builders.load_prompts(
-                cfg.data, "val", self.tokenizer, tools
+                cfg.data, "val", self.tokenizer, tools, images
             )
             self._note_skipped("val", skipped)
         self.sampler = PromptSampler(

@@ -16,6 +16,7 @@ def load_policy(
     """An :class:`~rlkit.trainer.modules.ActorModule` over the causal LM at ``path``
     (default ``ModelConfig.path``) with the run's forward settings."""
     from rlkit.models.loading import load_causal_lm
+    from rlkit.models.vision_language import is_vision_language, vision_parameters
     from rlkit.trainer.modules import ActorModule
 
     m = ctx.config.model
@@ -28,6 +29,9 @@ def load_policy(
     )
     if not trainable:
         backbone.requires_grad_(False)
+    elif m.freeze_vision_tower and is_vision_language(backbone.config):
+        for parameter in vision_parameters(backbone):
+            parameter.requires_grad_(False)
     return ActorModule(
         backbone,
         chunk_size=ctx.config.optim.logprob_chunk_size,

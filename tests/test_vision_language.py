@@ -1,0 +1,251 @@
+"""Vision-language policies: a tiny Qwen2.5-VL (built locally, warmed up on naming the colour
+of a square) through image prompts, rollout, training steps and their bad input."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from rlkit.data.image_prompts import ImagePromptRenderer
+from rlkit.data.prompt_dataset import PromptDataError
+from rlkit.models.loading import load_causal_lm
+from rlkit.models.vision_language import concat_images
+from rlkit.rollout.kv_decode import decode
+from rlkit.tasks.colour_shapes import colour_dataset
+from rlkit.trainer.prompts import tokenize_prompts
+from tests.experiment_factory import assert_same_gradients, run_one_step, small_experiment
+from tests.numerics import gamma, reduction_depth
+
+N = 4
+MAX_NEW = 8
+
+
+def vision_experiment(model_dir, out, **sections):
+    """4 image prompts x 4 responses of up to 8 tokens per step, rewarded by length (so a
+    group's responses always differ in reward)."""
+    data = {
+        "dataset_fn": functools.partial(colour_dataset, limit=16),
+        "max_prompt_length": 32,
+        "val_limit": 4,
+        "reward": "length_penalty",
+        "reward_options": {"max_response_length": MAX_NEW},
+    } | sections.pop("data", {})
+    rollout = {"max_response_length": MAX_NEW} | sections.pop("rollout", {})
+    trainer = {"total_steps": 1, "val_before_train": False} | sections.pop("trainer", {})
+    return small_experiment(model_dir, out, data=data, rollout=rollout, trainer=trainer, **sections)
+
+
+@pytest.fixture(scope="module")
+def vision_model(vision_model_dir):
+    model = load_causal_lm(vision_model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(vision_model_dir)
+    renderer = ImagePromptRenderer.for_model(vision_model_dir, tokenizer)
+    return model, tokenizer, renderer
+
+
+def image_prompts(tokenizer, renderer, limit=3):
+    return tokenize_prompts(
+        colour_dataset("val", limit=limit),
+        tokenizer,
+        max_prompt_length=32,
+        truncation="error",
+        use_chat_template=True,
+        name="val",
+        images=renderer,
+    )
+
+
+def test_an_image_prompt_stands_as_one_image_token_per_merged_patch(vision_model):
+    # 56 x 56 pixels = 4 x 4 patches of 14; merged 2 x 2 -> 4 image tokens, between the
+    # vision start and end tokens, where the message had <image>.
+    model, tokenizer, renderer = vision_model
+    prompts = image_prompts(tokenizer, renderer, limit=1)
+    ids, images = prompts.token_ids[0], prompts.multimodal[0]
+    c = model.config
+    assert images["image_grid_thw"].tolist() == [[1, 4, 4]]
+    assert images["pixel_values"].shape == (16, 3 * 2 * 14 * 14)
+    start = ids.index(c.vision_start_token_id)
+    assert ids[start : start + 6] == [
+        c.vision_start_token_id,
+        *[c.image_token_id] * 4,
+        c.vision_end_token_id,
+    ]
+    assert tokenizer.decode(ids[start + 6 :]) == "colour?"
+    assert prompts.images[0][0].size == (56, 56)
+
+
+def test_image_prompt_rollout_log_probs_equal_transformers_teacher_forced_pass(vision_model):
+    """Each sampled token's log-prob (KV-cache decode, vision tower once per prompt, rlkit's
+    positions) against transformers' own forward over prompt + response, which merges the
+    image features and derives the multimodal positions itself.
+
+    Tolerance: both are float32 chains of the same sums in other orders (a cache read vs
+    a full pass), so they differ by at most 2 gamma_D of the logits' magnitude
+    (tests/numerics.py), D for one row of prompt + response; the log-softmax adds the
+    vocabulary's sum, which D counts."""
+    model, tokenizer, renderer = vision_model
+    prompts = image_prompts(tokenizer, renderer)
+    torch.manual_seed(0)
+    result = decode(
+        model,
+        prompts.token_ids,
+        n=N,
+        max_new_tokens=MAX_NEW,
+        pad_token_id=tokenizer.pad_token_id,
+        stop_token_ids=[tokenizer.eos_token_id],
+        warp=None,
+        images=concat_images(prompts.multimodal),
+    )
+    assert len(result.response_ids) == N * len(prompts)
+    width = max(map(len, prompts.token_ids)) + MAX_NEW
+    tol = 2 * gamma(reduction_depth(model.config, rows=1, positions=width))
+    image = model.config.image_token_id
+    for row, (response, log_probs) in enumerate(zip(result.response_ids, result.log_probs)):
+        prompt, images = prompts.token_ids[row // N], prompts.multimodal[row // N]
+        ids = torch.tensor([prompt + response])
+        types = torch.tensor([[int(t == image) for t in prompt] + [0] * len(response)])
+        with torch.no_grad():
+            logits = model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                mm_token_type_ids=types,
+                **images,
+            ).logits[0, len(prompt) - 1 : -1]
+        want = torch.log_softmax(logits.float(), -1).gather(-1, ids[0, len(prompt) :, None])
+        scale = logits.abs().max().item()
+        torch.testing.assert_close(torch.tensor(log_probs), want[:, 0], rtol=0, atol=tol * scale)
+
+
+def test_the_n_samples_of_an_image_prompt_run_its_vision_tower_once(vision_model):
+    model, tokenizer, renderer = vision_model
+    prompts = image_prompts(tokenizer, renderer)
+    calls = []
+    hook = model.model.visual.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    try:
+        decode(
+            model,
+            prompts.token_ids,
+            n=N,
+            max_new_tokens=3,
+            pad_token_id=tokenizer.pad_token_id,
+            stop_token_ids=[],
+            warp=None,
+            images=concat_images(prompts.multimodal),
+        )
+    finally:
+        hook.remove()
+    assert calls == [16 * len(prompts)]  # one pass over each prompt's 16 patches
+
+
+@pytest.mark.parametrize("remove_padding", [False, True])
+def test_a_grpo_step_on_image_prompts_scores_with_the_samplers_log_probs(
+    vision_model_dir, tmp_path, remove_padding
+):
+    # The trainer's own check: the engine's log-probs against the actor's forward over
+    # the whole batch (padded rows or one packed row) agree to float rounding.
+    run = run_one_step(
+        vision_experiment(vision_model_dir, tmp_path, model={"use_remove_padding": remove_padding})
+    )
+    m = run.metrics
+    assert m["rollout/logprob_diff_max"] < 1e-4
+    assert m["actor/grad_norm"] > 0 and m["prompt_length/mean"] > 6
+
+
+def test_packed_image_rows_give_the_padded_rows_gradients(vision_model_dir, tmp_path):
+    runs = [
+        run_one_step(
+            vision_experiment(
+                vision_model_dir,
+                tmp_path / str(packed),
+                model={"use_remove_padding": packed},
+                optim={"lr": 0.0},
+            )
+        )
+        for packed in (False, True)
+    ]
+    assert_same_gradients(runs[1], runs[0])
+
+
+def _is_vision(name: str) -> bool:
+    return ".visual." in f".{name}"
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_a_grpo_step_trains_the_vision_tower_unless_it_is_frozen(
+    vision_model_dir, tmp_path, freeze
+):
+    run = run_one_step(
+        vision_experiment(vision_model_dir, tmp_path, model={"freeze_vision_tower": freeze})
+    )
+    vision = [n for n in run.initial if _is_vision(n)]
+    language = [n for n in run.initial if not _is_vision(n)]
+    assert vision and language
+    grads = run.grads[0]
+    moved = {n for n in run.initial if not torch.equal(run.initial[n], run.params[n])}
+    assert any(n in moved for n in language)
+    if freeze:
+        assert not any(n in grads for n in vision)  # not even handed to the optimizer
+        assert not any(n in moved for n in vision)
+    else:
+        assert all(n in grads for n in vision)
+        assert any(grads[n].abs().max() > 0 for n in vision)
+        assert any(n in moved for n in vision)
+
+
+def test_images_on_a_text_only_model_stop_at_the_row(demo_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(demo_model_dir)
+    with pytest.raises(
+        PromptDataError,
+        match=r"train prompt 0 .* has 1 image\(s\), but the "
+        r"model is text-only; set ModelConfig.path to a vision-language",
+    ):
+        tokenize_prompts(
+            colour_dataset("train", limit=2),
+            tokenizer,
+            max_prompt_length=32,
+            truncation="error",
+            use_chat_template=True,
+            name="train",
+        )
+
+
+def test_an_image_prompt_is_never_cut_by_left_truncation(vision_model):
+    _, tokenizer, renderer = vision_model
+    with pytest.raises(
+        PromptDataError,
+        match=r"image prompt \(never cut\) of 13 tokens > "
+        r"DataConfig.max_prompt_length=8; .*truncation to filter",
+    ):
+        tokenize_prompts(
+            colour_dataset("val", limit=1),
+            tokenizer,
+            max_prompt_length=8,
+            truncation="left",
+            use_chat_template=True,
+            name="val",
+            images=renderer,
+        )
+
+
+@pytest.mark.parametrize(
+    "rollout, message",
+    [
+        (
+            {"engine": "sglang"},
+            "RolloutConfig.engine = 'sglang' cannot serve it: set RolloutConfig.engine = 'hf'",
+        ),
+        (
+            {"agent_loop": "tool_agent", "agent": {"tools": ["calculator"]}},
+            "single-turn only; RolloutConfig.agent_loop = 'tool_agent'",
+        ),
+    ],
+)
+def test_a_vision_language_model_with_a_rollout_it_cannot_run_stops_at_config_time(
+    vision_model_dir, tmp_path, rollout, message
+):
+    with pytest.raises(ValueError, match="is a vision-language model") as info:
+        vision_experiment(vision_model_dir, tmp_path, rollout=rollout).validate()
+    assert message in str(info.value)
