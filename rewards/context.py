@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-READABLE = ("prompt", "messages", "conversation", "extra_info")
+READABLE = ("prompt", "messages", "conversation", "extra_info", "images")
 """Context fields a reward receives when its signature names them."""
 
 
@@ -49,6 +49,8 @@ class RewardContext:
         reward_model_score: the trainer's reward model's score of this response
             (``RewardModelConfig.path``), ``None`` when no reward model is configured;
             the ``reward_model`` reward returns it.
+        images: the prompt's images (PIL, RGB) for a vision-language prompt, in the order
+            of its ``<image>`` placeholders; ``()`` for a text prompt.
     """
 
     response: str
@@ -60,6 +62,7 @@ class RewardContext:
     extra_info: Mapping[str, Any] = field(default_factory=dict)
     response_length: int = 0
     reward_model_score: float | None = None
+    images: tuple[Any, ...] = ()
 
 
 def fields_read(fn: Callable[..., Any]) -> tuple[str, ...]:
@@ -89,6 +92,8 @@ def context_kwargs(reads: tuple[str, ...], context: RewardContext) -> dict[str, 
             out[name] = None if value is None else [dict(m) for m in value]
         elif name == "extra_info":
             out[name] = dict(context.extra_info)
+        elif name == "images":
+            out[name] = list(context.images)
         else:
             out[name] = getattr(context, name)
     return out

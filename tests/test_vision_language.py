@@ -249,3 +249,34 @@ def test_a_vision_language_model_with_a_rollout_it_cannot_run_stops_at_config_ti
     with pytest.raises(ValueError, match="is a vision-language model") as info:
         vision_experiment(vision_model_dir, tmp_path, rollout=rollout).validate()
     assert message in str(info.value)
+
+
+def picture_names_the_truth(response: str, ground_truth: str, images: list, **_: object) -> float:
+    """1 when the row's one picture shows the ground truth's colour (whatever the
+    response): a reward that reads the images, to see they are the row's own."""
+    from rlkit.tasks.colour_shapes import COLOURS
+
+    (picture,) = images
+    pixel = max(picture.getdata(), key=sum)  # the brightest: the square's colour
+
+    def distance(name: str) -> float:
+        # shades scale the colour down, so compare directions, not values
+        rgb = COLOURS[name]
+        norm = sum(c * c for c in rgb) ** 0.5 * sum(c * c for c in pixel) ** 0.5
+        return -sum(a * b for a, b in zip(rgb, pixel)) / norm
+
+    return float(min(COLOURS, key=distance) == ground_truth)
+
+
+def test_a_reward_that_names_images_receives_the_rows_pictures(vision_model_dir, tmp_path):
+    run = run_one_step(
+        vision_experiment(
+            vision_model_dir,
+            tmp_path,
+            data={
+                "reward": "tests.test_vision_language:picture_names_the_truth",
+                "reward_options": {},
+            },
+        )
+    )
+    assert run.metrics["critic/score/mean"] == 1.0

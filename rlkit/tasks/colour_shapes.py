@@ -1,7 +1,7 @@
-"""The vision-language demo task: name the colour of the square in a picture.
+"""The vision-language demo task: name the colour of a picture.
 
-Each image is 56 x 56 pixels, black, with one square of a named colour (its shade, size
-and place vary). The prompt is ``<image>colour?`` and the answer the colour's name. Train
+Each image is 56 x 56 pixels of a named colour (its shade varies) with a black square
+cut out of it (its size and place vary). The prompt is ``<image>colour?`` and the answer the colour's name. Train
 and held-out images are disjoint (colour, place, size) combinations. The demo builds a
 tiny Qwen2.5-VL and warms it up on *noisy* demonstrations (a fraction of the answers name
 the next colour of :data:`COLOURS` instead), so the policy reads the picture but is torn
@@ -42,12 +42,13 @@ def _is_held_out(colour: str, x: int, y: int, size: int) -> bool:
 
 
 def square_image(colour: str, x: int, y: int, size: int, shade: float = 1.0) -> Any:
-    """A black ``SIDE`` x ``SIDE`` RGB image with a ``size`` square at (x, y)."""
+    """A ``SIDE`` x ``SIDE`` RGB image of ``colour`` (scaled by ``shade``) with a black
+    ``size`` square at (x, y)."""
     from PIL import Image, ImageDraw
 
-    image = Image.new("RGB", (SIDE, SIDE))
     rgb = tuple(min(255, int(c * shade)) for c in COLOURS[colour])
-    ImageDraw.Draw(image).rectangle([x, y, x + size - 1, y + size - 1], fill=rgb)
+    image = Image.new("RGB", (SIDE, SIDE), rgb)
+    ImageDraw.Draw(image).rectangle([x, y, x + size - 1, y + size - 1], fill=(0, 0, 0))
     return image
 
 

@@ -218,6 +218,7 @@ def reward_contexts(
                 extra_info=prompts.extra_infos[i] if prompts.extra_infos else {},
                 response_length=len(traj),
                 reward_model_score=model_score,
+                images=tuple(prompts.images[i]) if prompts.images else (),
             )
         )
     return out
