@@ -12,7 +12,6 @@ from transformers import AutoTokenizer
 from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.data.prompt_dataset import PromptDataError
 from rlkit.models.loading import load_causal_lm
-from rlkit.models.vision_language import concat_images
 from rlkit.rollout.kv_decode import decode
 from rlkit.tasks.colour_shapes import colour_dataset
 from rlkit.trainer.prompts import tokenize_prompts
@@ -97,7 +96,7 @@ def test_image_prompt_rollout_log_probs_equal_transformers_teacher_forced_pass(v
         pad_token_id=tokenizer.pad_token_id,
         stop_token_ids=[tokenizer.eos_token_id],
         warp=None,
-        images=concat_images(prompts.multimodal),
+        images=prompts.multimodal,
     )
     assert len(result.response_ids) == N * len(prompts)
     width = max(map(len, prompts.token_ids)) + MAX_NEW
@@ -133,7 +132,7 @@ def test_the_n_samples_of_an_image_prompt_run_its_vision_tower_once(vision_model
             pad_token_id=tokenizer.pad_token_id,
             stop_token_ids=[],
             warp=None,
-            images=concat_images(prompts.multimodal),
+            images=prompts.multimodal,
         )
     finally:
         hook.remove()
@@ -230,25 +229,74 @@ def test_an_image_prompt_is_never_cut_by_left_truncation(vision_model):
         )
 
 
-@pytest.mark.parametrize(
-    "rollout, message",
-    [
-        (
-            {"engine": "sglang"},
-            "RolloutConfig.engine = 'sglang' cannot serve it: set RolloutConfig.engine = 'hf'",
-        ),
-        (
-            {"agent_loop": "tool_agent", "agent": {"tools": ["calculator"]}},
-            "single-turn only; RolloutConfig.agent_loop = 'tool_agent'",
-        ),
-    ],
-)
-def test_a_vision_language_model_with_a_rollout_it_cannot_run_stops_at_config_time(
-    vision_model_dir, tmp_path, rollout, message
+def test_a_vision_language_model_on_a_server_engine_stops_at_config_time(
+    vision_model_dir, tmp_path
 ):
     with pytest.raises(ValueError, match="is a vision-language model") as info:
-        vision_experiment(vision_model_dir, tmp_path, rollout=rollout).validate()
-    assert message in str(info.value)
+        vision_experiment(vision_model_dir, tmp_path, rollout={"engine": "sglang"}).validate()
+    assert "RolloutConfig.engine = 'sglang' cannot serve it: set RolloutConfig.engine = 'hf'" in (
+        str(info.value)
+    )
+
+
+def test_a_tool_agent_step_on_image_prompts_scores_with_the_samplers_log_probs(
+    vision_model_dir, tmp_path
+):
+    # Each turn's context (prompt with its image, earlier turns, tool answers) is generated
+    # from again with the prompt's images; the trainer's forward agrees with the sampler.
+    run = run_one_step(
+        vision_experiment(
+            vision_model_dir,
+            tmp_path,
+            rollout={
+                "agent_loop": "tool_agent",
+                "agent": {"tools": ["calculator"], "max_turns": 2, "max_turn_tokens": 4},
+            },
+        )
+    )
+    assert run.metrics["rollout/logprob_diff_max"] < 1e-4
+    assert run.metrics["actor/grad_norm"] > 0
+
+
+def test_an_image_token_sampled_in_an_earlier_turn_is_read_as_text(vision_model):
+    """A context whose response part holds the image token (sampled by the policy): only
+    the prompt's image tokens take the image's features; the later one keeps its token
+    embedding and text position. The reference builds that input by hand from
+    transformers' own vision features and positions (``mm_token_type_ids`` marks the
+    prompt's image tokens only); transformers' forward itself refuses such ids."""
+    model, tokenizer, renderer = vision_model
+    prompts = image_prompts(tokenizer, renderer, limit=1)
+    image = model.config.image_token_id
+    context = prompts.token_ids[0] + [image, tokenizer.eos_token_id]
+    torch.manual_seed(0)
+    result = decode(
+        model,
+        [context],
+        n=1,
+        max_new_tokens=4,
+        pad_token_id=tokenizer.pad_token_id,
+        stop_token_ids=[],
+        warp=None,
+        images=prompts.multimodal,
+    )
+    ids = torch.tensor([context + result.response_ids[0]])
+    types = torch.tensor([[int(t == image) for t in prompts.token_ids[0]]])
+    types = torch.cat([types, torch.zeros(1, ids.shape[1] - types.shape[1], dtype=torch.long)], 1)
+    trunk, images = model.model, prompts.multimodal[0]
+    with torch.no_grad():
+        features = trunk.get_image_features(**images, return_dict=True).pooler_output[0]
+        embeds = trunk.get_input_embeddings()(ids)
+        embeds[types.bool()] = features
+        positions, _ = trunk.get_rope_index(
+            ids, mm_token_type_ids=types, image_grid_thw=images["image_grid_thw"]
+        )
+        logits = model(inputs_embeds=embeds, position_ids=positions).logits
+    logits = logits[0, len(context) - 1 : -1]
+    want = torch.log_softmax(logits, -1).gather(-1, ids[0, len(context) :, None])[:, 0]
+    # As in the teacher-forcing test above: 2 gamma_D of the logits' magnitude.
+    tol = 2 * gamma(reduction_depth(model.config, rows=1, positions=ids.shape[1]))
+    atol = tol * logits.abs().max().item()
+    torch.testing.assert_close(torch.tensor(result.log_probs[0]), want, rtol=0, atol=atol)
 
 
 def picture_names_the_truth(response: str, ground_truth: str, images: list, **_: object) -> float:

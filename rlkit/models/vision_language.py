@@ -81,14 +81,21 @@ def vision_trunk(model: nn.Module) -> nn.Module:
 
 
 def image_slots(
-    trunk: nn.Module, input_ids: torch.Tensor, prompt_width: int | None
+    trunk: nn.Module,
+    input_ids: torch.Tensor,
+    prompt_width: int | None = None,
+    counts: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """Where (B, L) ids hold an image's tokens: the image token within the first
-    ``prompt_width`` columns (the prompts). A response that samples the image token holds
-    plain text there, as the rollout fed it back."""
+    ``prompt_width`` columns (the prompts), or each row's first ``counts[row]`` image
+    tokens (its images' tokens, when the prompt's end varies per row: multi-turn contexts).
+    An image token a response sampled is plain text, as the rollout fed it back."""
     slots = input_ids == trunk.config.image_token_id
     if prompt_width is not None:
         slots[:, prompt_width:] = False
+    if counts is not None:
+        limit = torch.as_tensor(list(counts), device=slots.device)[:, None]
+        slots &= slots.long().cumsum(-1) <= limit
     return slots
 
 
@@ -98,15 +105,16 @@ def rope_positions(
     attention_mask: torch.Tensor,
     image_grid_thw: torch.Tensor | None,
     prompt_width: int | None = None,
+    counts: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Multimodal rotary positions of (B, L) ids: ((3, B, L) positions, (B, 1) deltas).
 
     Padding (mask 0) is skipped, so left-padded prompts start at 0. ``delta`` is what the
     positions run ahead of (or behind) the token count: the next token after a row's
-    ``n`` real tokens sits at ``n + delta`` on all three axes. ``prompt_width``: see
+    ``n`` real tokens sits at ``n + delta`` on all three axes. ``prompt_width``, ``counts``: see
     :func:`image_slots`.
     """
-    types = image_slots(trunk, input_ids, prompt_width).int()
+    types = image_slots(trunk, input_ids, prompt_width, counts).int()
     return trunk.get_rope_index(
         input_ids,
         mm_token_type_ids=types,
@@ -126,6 +134,14 @@ def concat_images(
     return {key: torch.cat([r[key] for r in rows]) for key in rows[0]}
 
 
+def image_token_counts(
+    trunk: nn.Module, rows: Sequence[Mapping[str, torch.Tensor] | None]
+) -> list[int]:
+    """How many image tokens each row's images stand as (0 for a text row)."""
+    merge = trunk.config.vision_config.spatial_merge_size
+    return [0 if not r else int((r["image_grid_thw"].prod(-1) // merge**2).sum()) for r in rows]
+
+
 def vision_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The vision tower's parameters (the ``visual`` module), for freezing it."""
     trunk = vision_trunk(model)
@@ -138,12 +154,13 @@ def image_embeddings(
     input_ids: torch.Tensor,
     images: dict[str, torch.Tensor] | None,
     prompt_width: int | None = None,
+    counts: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """The token embeddings of (B, L) ids with each image token's replaced by the vision
     tower's features of its image, in order: (B, L, H).
 
     Rollout and training both embed through here, so both feed the language model the
-    same inputs. ``prompt_width``: see :func:`image_slots`.
+    same inputs. ``prompt_width``, ``counts``: see :func:`image_slots`.
 
     Raises:
         ValueError: the ids hold a different number of image tokens than the images'
@@ -156,7 +173,7 @@ def image_embeddings(
         images["pixel_values"], images["image_grid_thw"], return_dict=True
     ).pooler_output
     features = torch.cat(list(features)).to(embeds.dtype)
-    slots = image_slots(trunk, input_ids, prompt_width)
+    slots = image_slots(trunk, input_ids, prompt_width, counts)
     if int(slots.sum()) != features.shape[0]:
         raise ValueError(
             f"the rows hold {int(slots.sum())} image tokens but their images make "

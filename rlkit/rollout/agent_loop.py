@@ -233,7 +233,8 @@ def tool_agent(
     ``params.max_new_tokens`` is the budget of the whole response (policy and inserted
     tokens together), as ``RolloutConfig.max_response_length`` is for one turn.
     """
-    episode = _Episode(engine, params, tokenizer, config, policy_version)
+    images = any(r.multimodal_inputs is not None for r in requests)
+    episode = _Episode(engine, params, tokenizer, config, policy_version, images)
     rows = [
         _Row(i, list(r.prompt_ids), [dict(m) for m in r.messages])
         for i, r in enumerate(requests)
@@ -249,7 +250,10 @@ def tool_agent(
         run_turns(episode.turns, everyone())
     finally:
         episode.close()
-    return [row.trajectory() for row in rows], dict(episode.turns.metrics)
+    trajectories = [row.trajectory() for row in rows]
+    for trajectory in trajectories:
+        trajectory.multimodal_inputs = requests[trajectory.prompt_index].multimodal_inputs
+    return trajectories, dict(episode.turns.metrics)
 
 
 class _Episode:
@@ -262,6 +266,7 @@ class _Episode:
         tokenizer: Any,
         config: AgentConfig,
         policy_version: int,
+        images: bool = False,
     ) -> None:
         from rlkit.tools import Toolbox
 
@@ -276,7 +281,7 @@ class _Episode:
             if config.interaction
             else None
         )
-        self.turns = engine.turns(params)
+        self.turns = engine.image_turns(params) if images else engine.turns(params)
         # Tools and the user run in worker threads, so decoding goes on meanwhile.
         self.workers = concurrent.futures.ThreadPoolExecutor(
             config.max_parallel_tools, thread_name_prefix="tool"
@@ -291,8 +296,9 @@ class _Episode:
         try:
             for turn in range(self.config.max_turns):
                 room = self.params.max_new_tokens - len(row.ids)
+                images = {"images": request.multimodal_inputs} if request.multimodal_inputs else {}
                 got = await self.turns.generate(
-                    key, row.prompt_ids + row.ids, min(self.per_turn, room)
+                    key, row.prompt_ids + row.ids, min(self.per_turn, room), **images
                 )
                 row.append(got.response_ids, got.log_probs, self.version, got.versions)
                 row.turns += 1

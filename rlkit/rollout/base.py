@@ -74,7 +74,11 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
-        """Sample ``params.n`` responses for every prompt (token ids, no padding)."""
+        """Sample ``params.n`` responses for every prompt (token ids, no padding).
+
+        An engine that generates from image prompts also takes ``multimodal=``: each
+        prompt's image inputs (``pixel_values``, ``image_grid_thw``), ``None`` for a text
+        prompt. Callers pass it only when a prompt has images."""
 
     def turns(self, params: SamplingParams) -> TurnGenerator:
         """A generator of multi-turn rollouts' turns, each sampled with ``params``
@@ -85,6 +89,12 @@ class RolloutEngine(abc.ABC):
         again; an engine that can keep a trajectory's context between its turns (a KV
         cache, a server's prefix cache) returns its own."""
         return BatchedTurns(self, params)
+
+    def image_turns(self, params: SamplingParams) -> TurnGenerator:
+        """A turn generator for image prompts: its ``generate`` takes each trajectory's
+        image inputs (``images=``) and passes them to :meth:`generate` as ``multimodal``.
+        Only engines that generate from images have one."""
+        raise NotImplementedError(f"{type(self).__name__} cannot generate from image prompts")
 
     @abc.abstractmethod
     def sync_weights(self, weights: PolicyWeights) -> dict[str, float]:

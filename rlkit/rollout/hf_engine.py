@@ -38,7 +38,6 @@ from transformers import (
 )
 
 from rlkit.models.attention_features import attention_features
-from rlkit.models.vision_language import concat_images
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
 from rlkit.rollout.continuous_decode import ContinuousDecoder
@@ -229,7 +228,7 @@ class HFEngine(RolloutEngine):
                 warp=warp,
                 greedy=params.temperature <= 0,
                 synced=bool(extra.get("synced_gpus")),
-                images=None if images is None else concat_images(images[chunk]),
+                images=None if images is None else images[chunk],
             )
             out.response_ids += result.response_ids
             out.rollout_log_probs += result.log_probs
@@ -319,6 +318,14 @@ class HFEngine(RolloutEngine):
             stop_token_ids=self.eos_token_ids + tuple(params.stop_token_ids),
             warp=_warp_function(params),
         )
+
+    def image_turns(self, params: SamplingParams) -> TurnGenerator:
+        """Image prompts' turns, batched through :meth:`generate` (each turn prefills its
+        context, images included, again: the trajectory caches of
+        :class:`ContinuousDecoder` hold text contexts only)."""
+        from rlkit.distributed.collectives import world
+
+        return BatchedTurns(self, params, synced=world()[1] > 1)
 
     def sync_weights(self, weights: PolicyWeights) -> dict[str, float]:
         # The engine generates with the trainer's live module: nothing to copy.

@@ -30,7 +30,7 @@ process is done, as ``generate(synced_gpus=True)`` does.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +38,13 @@ import torch
 from rlkit.kernels.attention import GROUPED_SDPA
 from rlkit.kernels.shared_prefix_decode import SHARED_PREFIX_KWARG
 from rlkit.models.attention_features import attention_features
-from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
+from rlkit.models.vision_language import (
+    concat_images,
+    image_embeddings,
+    image_token_counts,
+    rope_positions,
+    vision_trunk,
+)
 from rlkit.rollout.kv_cache import (
     check_prefixes_read,
     in_place_cache,
@@ -123,7 +129,7 @@ class _Stepper:
         ids: torch.Tensor,
         mask: torch.Tensor,
         max_new_tokens: int,
-        images: dict[str, torch.Tensor] | None = None,
+        images: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
     ):
         """The prompts' last logits and their KV cache. Sets :attr:`delta`, (B,): how far
         each row's positions run from its token count (multimodal positions; else 0)."""
@@ -131,13 +137,16 @@ class _Stepper:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         self.delta = torch.zeros(ids.shape[0], dtype=torch.long, device=self.device)
         inputs = {"input_ids": ids}
-        if images is not None:  # the vision tower runs here, once per prompt
+        batch = concat_images(images) if images else None
+        if batch is not None:  # the vision tower runs here, once per prompt
             trunk = vision_trunk(self.model)
-            images = {k: v.to(self.device) for k, v in images.items()}
-            positions, delta = rope_positions(trunk, ids, mask, images["image_grid_thw"])
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            counts = image_token_counts(trunk, images)
+            grid = batch["image_grid_thw"]
+            positions, delta = rope_positions(trunk, ids, mask, grid, counts=counts)
             self.delta = delta.view(-1).to(self.device)
-            inputs = {"inputs_embeds": image_embeddings(trunk, ids, images)}
-        self.vision = images is not None
+            inputs = {"inputs_embeds": image_embeddings(trunk, ids, batch, counts=counts)}
+        self.vision = batch is not None
         # Room for every token of the rollout, written in place (None: the model's own).
         config = getattr(self.model, "config", None)
         make_cache = shared_prefix_cache if self.shared else in_place_cache
@@ -227,7 +236,7 @@ def decode(
     greedy: bool = False,
     synced: bool = False,
     shared_prefix: bool | None = None,
-    images: dict[str, torch.Tensor] | None = None,
+    images: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
 ) -> DecodeResult:
     """Sample ``n`` responses to each prompt (rows grouped by prompt, as the engine returns).
 
@@ -249,11 +258,12 @@ def decode(
             when ``n > 1``, the prompts are at least :data:`SHARED_PREFIX_MIN_TOKENS`
             wide and the model uses that kernel. Either way the result is the same up
             to float rounding.
-        images: the image prompts' model inputs (``pixel_values`` and ``image_grid_thw`` of
-            every prompt's images, in prompt order) for a vision-language model; the
-            vision tower runs once per prompt, in the prefill, and the ``n`` rows share
-            its result through the repeated cache. Image prompts never share their
-            prefix's cache (``shared_prefix`` is taken as ``False``).
+        images: each prompt's image inputs (``pixel_values``, ``image_grid_thw``; ``None``
+            for a text prompt) for a vision-language model. A prompt's first image tokens
+            are its images' (later ones, sampled in an earlier turn, are text). The vision
+            tower runs once per prompt, in the prefill, and the ``n`` rows share its
+            result through the repeated cache. Image prompts never share their prefix's
+            cache (``shared_prefix`` is taken as ``False``).
 
     Returns:
         A :class:`DecodeResult` of ``len(prompts) * n`` rows.
@@ -267,7 +277,7 @@ def decode(
     else:  # nothing to generate, but the prefill still joins FSDP's all-gathers
         ids = torch.full((1, 1), pad_token_id, dtype=torch.long)
         mask = torch.ones_like(ids)
-    if images is not None:
+    if images is not None and any(i is not None for i in images):
         shared_prefix = False
     shared = _share_prefix(model, shared_prefix, n if prompts else 1, ids.shape[1])
     step = _Stepper(model, pad_token_id, synced, shared)

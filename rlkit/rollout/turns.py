@@ -29,6 +29,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import concurrent.futures
+import functools
 from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
@@ -77,8 +78,12 @@ class TurnGenerator(abc.ABC):
         self.metrics: dict[str, float] = {}
 
     @abc.abstractmethod
-    async def generate(self, key: int, context_ids: list[int], max_new_tokens: int) -> TurnResult:
-        """The next policy turn after ``context_ids`` (the trajectory's whole context)."""
+    async def generate(
+        self, key: int, context_ids: list[int], max_new_tokens: int, images: Any = None
+    ) -> TurnResult:
+        """The next policy turn after ``context_ids`` (the trajectory's whole context);
+        ``images``: an image prompt's model inputs, for a generator that takes them
+        (:class:`BatchedTurns` over an engine that does)."""
 
     def release(self, key: int) -> None:  # noqa: B027 - optional: most generators keep nothing
         """The trajectory ``key`` will ask for no more turns: free what is kept for it."""
@@ -100,6 +105,7 @@ class _Pending:
     context_ids: list[int]
     max_new_tokens: int
     future: asyncio.Future[TurnResult]
+    images: Any = None
 
 
 class BatchedTurns(TurnGenerator):
@@ -119,9 +125,11 @@ class BatchedTurns(TurnGenerator):
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
 
-    async def generate(self, key: int, context_ids: list[int], max_new_tokens: int) -> TurnResult:
+    async def generate(
+        self, key: int, context_ids: list[int], max_new_tokens: int, images: Any = None
+    ) -> TurnResult:
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(list(context_ids), max_new_tokens, future))
+        self._pending.append(_Pending(list(context_ids), max_new_tokens, future, images))
         self._wake.set()
         return await future
 
@@ -164,8 +172,15 @@ class BatchedTurns(TurnGenerator):
         for budget, members in calls:
             params = replace(self.params, max_new_tokens=budget)
             prompts = [p.context_ids for p in members]
+            images = [p.images for p in members]
+            # Only turns of image prompts pass images: other engines are never asked to.
+            call = (
+                functools.partial(self.engine.generate, multimodal=images)
+                if any(i is not None for i in images)
+                else self.engine.generate
+            )
             try:
-                got = await loop.run_in_executor(worker, self.engine.generate, prompts, params)
+                got = await loop.run_in_executor(worker, call, prompts, params)
             except BaseException as exc:
                 for p in batch:
                     if not p.future.done():

@@ -537,8 +537,8 @@ class ExperimentConfig:
         return problems
 
     def _vision_language_problems(self) -> list[str]:
-        """A vision-language policy with a rollout it cannot run on: engines other than the
-        embedded one, multi-turn agent loops (docs/vision_language.md)."""
+        """A vision-language policy with an engine other than the embedded one, which
+        rlkit does not roll image prompts out on (docs/vision_language.md)."""
         path = self.model.path
         if not path or not (Path(path) / "config.json").is_file():
             return []
@@ -548,21 +548,14 @@ class ExperimentConfig:
 
         if not is_vision_language(AutoConfig.from_pretrained(path)):
             return []
-        problems = []
-        r = self.rollout
-        if r.engine not in ("hf", "transformers"):
-            problems.append(
-                f"ModelConfig.path ({path}) is a vision-language model, which rlkit rolls out "
-                f"on the embedded engine only; RolloutConfig.engine = {r.engine!r} cannot "
-                f"serve it: set RolloutConfig.engine = 'hf'"
-            )
-        if r.agent_loop != "single_turn":
-            problems.append(
-                f"ModelConfig.path ({path}) is a vision-language model, which rlkit rolls out "
-                f"single-turn only; RolloutConfig.agent_loop = {r.agent_loop!r}: set it to "
-                f"'single_turn'"
-            )
-        return problems
+        engine = self.rollout.engine
+        if engine in ("hf", "transformers"):
+            return []
+        return [
+            f"ModelConfig.path ({path}) is a vision-language model, which rlkit rolls out "
+            f"on the embedded engine only; RolloutConfig.engine = {engine!r} cannot serve "
+            f"it: set RolloutConfig.engine = 'hf'"
+        ]
 
     def _sequence_parallel_problems(self) -> list[str]:
         """Ulysses settings it cannot honour: no packing, another attention kernel, a
