@@ -102,6 +102,7 @@ KEYS: dict[str, Key] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": Key(
         "ModelConfig.ulysses_sequence_parallel_size", int
     ),
+    "actor_rollout_ref.actor.freeze_vision_tower": Key("ModelConfig.freeze_vision_tower", bool),
     "actor_rollout_ref.model.enable_gradient_checkpointing": Key(
         "ModelConfig.gradient_checkpointing", bool
     ),

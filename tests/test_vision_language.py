@@ -328,3 +328,86 @@ def test_a_reward_that_names_images_receives_the_rows_pictures(vision_model_dir,
         )
     )
     assert run.metrics["critic/score/mean"] == 1.0
+
+
+def test_a_ppo_step_runs_critic_and_reference_over_image_rows_with_a_token_budget(
+    vision_model_dir, tmp_path
+):
+    # GAE needs the critic's values (a Qwen2.5-VL trunk with a value head), the KL loss
+    # the reference's log-probs; micro-batches are cut by a token budget that counts the
+    # image tokens (every prompt is 13 tokens, 4 of them the image's).
+    run = run_one_step(
+        vision_experiment(
+            vision_model_dir,
+            tmp_path,
+            algorithm={"adv_estimator": "gae", "use_kl_loss": True},
+            model={"use_remove_padding": True},
+            optim={"use_dynamic_bsz": True, "max_token_len_per_micro_batch": 48},
+        )
+    )
+    m = run.metrics
+    assert m["rollout/logprob_diff_max"] < 1e-4
+    for key in ("critic/vf_loss", "actor/kl_loss", "critic/values/mean"):
+        assert torch.isfinite(torch.tensor(m[key])), key
+    assert m["actor/grad_norm"] > 0 and m["critic/grad_norm"] > 0
+
+
+def test_qwen2_vl_inputs_built_by_rlkit_equal_transformers_own_forward():
+    """Qwen2-VL (the first generation) goes through the same functions: rlkit's image
+    embeddings and multimodal positions give transformers' own forward exactly (the
+    same operations in the same order)."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
+
+    image, start, end = 290, 292, 293
+    config = Qwen2VLConfig(
+        text_config={
+            "vocab_size": 300,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "mrope_section": [4, 2, 2],
+            },
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 64, "num_heads": 2},
+        image_token_id=image,
+        video_token_id=291,
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    # two left-padded rows, each with one 56 x 56 image (4 x 4 patches -> 4 tokens)
+    ids = torch.tensor(
+        [
+            [0, 0, 5, start, *[image] * 4, end, 7, 8],
+            [5, 6, 9, start, *[image] * 4, end, 7, 8],
+        ]
+    )
+    mask = (ids != 0).long()
+    images = {
+        "pixel_values": torch.randn(32, 3 * 2 * 14 * 14),
+        "image_grid_thw": torch.tensor([[1, 4, 4], [1, 4, 4]]),
+    }
+    trunk = vision_trunk(model)
+    positions, _ = rope_positions(trunk, ids, mask, images["image_grid_thw"])
+    with torch.no_grad():
+        ours = model(
+            inputs_embeds=image_embeddings(trunk, ids, images),
+            position_ids=positions,
+            attention_mask=mask,
+        ).logits
+        theirs = model(
+            input_ids=ids, attention_mask=mask, mm_token_type_ids=(ids == image).int(), **images
+        ).logits
+    assert torch.equal(ours[mask.bool()], theirs[mask.bool()])

@@ -22,7 +22,9 @@ from typing import Any
 
 
 def dense_parameters(config: Any) -> int:
-    """N_dense of a Hugging Face decoder config (``hidden_size``, ``num_hidden_layers``, …)."""
+    """N_dense of a Hugging Face decoder config (``hidden_size``, ``num_hidden_layers``, …);
+    of a vision-language config, its language model's (the vision tower is not counted)."""
+    config = _text_config(config)
     hidden = config.hidden_size
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
@@ -36,8 +38,14 @@ def dense_parameters(config: Any) -> int:
 def training_flops(config: Any, seq_lengths: Iterable[int]) -> float:
     """FLOPs of one forward + backward pass over sequences of ``seq_lengths`` tokens."""
     lengths = [int(s) for s in seq_lengths]
+    config = _text_config(config)
     heads = config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     dense = 6 * dense_parameters(config) * sum(lengths)
     attention = 12 * sum(s * s for s in lengths) * head_dim * heads * config.num_hidden_layers
     return float(dense + attention)
+
+
+def _text_config(config: Any) -> Any:
+    get = getattr(config, "get_text_config", None)
+    return get() if callable(get) else config

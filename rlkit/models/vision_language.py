@@ -134,6 +134,17 @@ def concat_images(
     return {key: torch.cat([r[key] for r in rows]) for key in rows[0]}
 
 
+def blank_image(vision: Any, device: torch.device) -> dict[str, torch.Tensor]:
+    """The inputs of one all-zero image of 2 x 2 patches (one merged token)."""
+    channels = getattr(vision, "in_chans", None) or getattr(vision, "in_channels", 3)
+    size = channels * vision.temporal_patch_size * vision.patch_size**2
+    merge = vision.spatial_merge_size
+    return {
+        "pixel_values": torch.zeros(merge * merge, size, device=device),
+        "image_grid_thw": torch.tensor([[1, merge, merge]], device=device),
+    }
+
+
 def image_token_counts(
     trunk: nn.Module, rows: Sequence[Mapping[str, torch.Tensor] | None]
 ) -> list[int]:
@@ -155,9 +166,15 @@ def image_embeddings(
     images: dict[str, torch.Tensor] | None,
     prompt_width: int | None = None,
     counts: Sequence[int] | None = None,
+    keep_tower: bool = False,
 ) -> torch.Tensor:
     """The token embeddings of (B, L) ids with each image token's replaced by the vision
     tower's features of its image, in order: (B, L, H).
+
+    ``keep_tower``: with no images, still run the vision tower, on one blank image whose
+    features are added times zero. Under FSDP every process must run the same modules
+    (each one's forward gathers its shards from all of them): a process whose rows have
+    no image runs the tower with the others.
 
     Rollout and training both embed through here, so both feed the language model the
     same inputs. ``prompt_width``, ``counts``: see :func:`image_slots`.
@@ -167,6 +184,10 @@ def image_embeddings(
             features (a prompt whose image tokens were cut, or images of another prompt).
     """
     embeds = trunk.get_input_embeddings()(input_ids)
+    if not images and keep_tower:
+        blank = blank_image(trunk.config.vision_config, embeds.device)
+        features = trunk.get_image_features(**blank, return_dict=True).pooler_output
+        return embeds + 0.0 * torch.cat(list(features)).sum().to(embeds.dtype)
     if not images:
         return embeds
     features = trunk.get_image_features(

@@ -42,6 +42,7 @@ from rlkit.models.vision_language import (
     concat_images,
     image_embeddings,
     image_token_counts,
+    is_vision_language,
     rope_positions,
     vision_trunk,
 )
@@ -138,17 +139,20 @@ class _Stepper:
         self.delta = torch.zeros(ids.shape[0], dtype=torch.long, device=self.device)
         inputs = {"input_ids": ids}
         batch = concat_images(images) if images else None
-        if batch is not None:  # the vision tower runs here, once per prompt
+        config = getattr(self.model, "config", None)
+        # Under FSDP every process runs the vision tower (one without images on a blank).
+        in_step = self.synced and config is not None and is_vision_language(config)
+        if batch is not None or in_step:  # the vision tower runs here, once per prompt
             trunk = vision_trunk(self.model)
-            batch = {k: v.to(self.device) for k, v in batch.items()}
-            counts = image_token_counts(trunk, images)
-            grid = batch["image_grid_thw"]
+            batch = None if batch is None else {k: v.to(self.device) for k, v in batch.items()}
+            counts = image_token_counts(trunk, images or [None] * len(ids))
+            grid = None if batch is None else batch["image_grid_thw"]
             positions, delta = rope_positions(trunk, ids, mask, grid, counts=counts)
             self.delta = delta.view(-1).to(self.device)
-            inputs = {"inputs_embeds": image_embeddings(trunk, ids, batch, counts=counts)}
-        self.vision = batch is not None
+            embeds = image_embeddings(trunk, ids, batch, counts=counts, keep_tower=in_step)
+            inputs = {"inputs_embeds": embeds}
+        self.vision = batch is not None or in_step
         # Room for every token of the rollout, written in place (None: the model's own).
-        config = getattr(self.model, "config", None)
         make_cache = shared_prefix_cache if self.shared else in_place_cache
         cache = make_cache(config, ids.shape[1] + max_new_tokens) if config else None
         self.shared = self.shared and cache is not None

@@ -17,11 +17,17 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from rlkit import ops
+from rlkit.distributed.collectives import world
 from rlkit.distributed.sequence_parallel import SequenceParallel
 from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
 from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
 from rlkit.models.attention_features import attention_features
-from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
+from rlkit.models.vision_language import (
+    image_embeddings,
+    is_vision_language,
+    rope_positions,
+    vision_trunk,
+)
 from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
 from rlkit.trainer.ulysses import UlyssesPacking
 
@@ -43,9 +49,12 @@ def _response_hidden(
     """
     multimodal = batch.get("multimodal")
     decoder = _decoder(backbone)
-    if share_prefix and supports_prefix_sharing(decoder, batch):
+    # Under FSDP a vision-language model runs its vision tower on every process (even one
+    # whose rows are text): every forward takes the vision-language path.
+    in_step = is_vision_language(backbone.config) and world()[1] > 1
+    if share_prefix and not in_step and supports_prefix_sharing(decoder, batch):
         return shared_prefix_hidden(decoder, batch, prompt_width)
-    if multimodal:
+    if multimodal or in_step:
         hidden = _vision_language_hidden(backbone, batch, prompt_width, remove_padding)
     elif remove_padding:
         hidden = _unpadded_hidden(decoder, batch)
@@ -75,9 +84,10 @@ def _vision_language_hidden(
     each attended within its segment. Returns (B, L, H)."""
     trunk = vision_trunk(backbone)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    images = batch["multimodal"]
-    positions, _ = rope_positions(trunk, ids, mask, images["image_grid_thw"], prompt_width)
-    embeds = image_embeddings(trunk, ids, images, prompt_width)
+    images = batch.get("multimodal")
+    grid = images["image_grid_thw"] if images else None
+    positions, _ = rope_positions(trunk, ids, mask, grid, prompt_width)
+    embeds = image_embeddings(trunk, ids, images, prompt_width, keep_tower=images is None)
     language = trunk.language_model
     if not remove_padding:
         return language(
@@ -221,7 +231,7 @@ class CriticModule(nn.Module):
         self.share_prefix = share_prefix
         self.sequence_parallel = sequence_parallel
         self.split = _split_sequences(backbone, sequence_parallel)
-        hidden = backbone.config.hidden_size
+        hidden = backbone.config.get_text_config().hidden_size  # a VL config: its text part
         self.value_head = nn.Linear(hidden, 1, dtype=next(backbone.parameters()).dtype)
         nn.init.zeros_(self.value_head.weight)
         nn.init.zeros_(self.value_head.bias)

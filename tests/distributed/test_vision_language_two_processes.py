@@ -39,12 +39,18 @@ def _run(command: list[str], out: Path) -> dict:
     return {"ranks": ranks, "grads": grads, "params": params}
 
 
-@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
-def test_two_process_image_update_equals_one_process(vision_model_dir, tmp_path, packed):
+@pytest.mark.parametrize(
+    "flags",
+    [[], ["--remove-padding"], ["--mixed"]],
+    ids=["padded", "packed", "one_process_text_only"],
+)
+def test_two_process_image_update_equals_one_process(vision_model_dir, tmp_path, flags):
     """Gradients within 2 gamma_D of each tensor's largest element (tests/numerics.py, D
     with the vision tower's chain); the clipped SGD step is linear in the gradient and the
-    clip factor, so parameters within 2 lr c tol max|g| plus an ulp of |p| per run."""
-    flags = ["--model", vision_model_dir] + (["--remove-padding"] if packed else [])
+    clip factor, so parameters within 2 lr c tol max|g| plus an ulp of |p| per run.
+    ``--mixed``: process 1's rows have no image, yet it joins the vision tower's gathers
+    (a blank image) and the update is still the one-process one."""
+    flags = ["--model", vision_model_dir, *flags]
     two = _run([*accelerate_launch(2), str(SCRIPT), *flags], tmp_path / "two")
     one = _run([sys.executable, str(SCRIPT), *flags], tmp_path / "one")
     assert [r["processes"] for r in two["ranks"]] == [2, 2]
@@ -63,3 +69,33 @@ def test_two_process_image_update_equals_one_process(vision_model_dir, tmp_path,
     bound = 2 * LR * clip * tol * g_max + 2 * torch.finfo(torch.float32).eps * p_max
     for name, want in one["params"].items():
         assert (two["params"][name] - want).abs().max().item() <= bound, name
+
+
+def test_a_two_process_image_run_samples_and_trains_in_lock_step(vision_model_dir, tmp_path):
+    """A whole ``rlkit train`` step on 2 processes: each generates for its half of the
+    image prompts under FSDP (the decode loop and the vision tower in lock step) and
+    the trainer's forward reproduces the sampler's log-probs."""
+    from tests.distributed.test_trainer_two_processes import train_two_processes
+    from tests.gin_files import arithmetic_gin
+
+    out = tmp_path / "run"
+    bindings = {
+        "DataConfig.dataset_fn": "@colour_dataset",
+        "colour_dataset.limit": 16,
+        "DataConfig.max_prompt_length": 32,
+        "DataConfig.reward": "length_penalty",
+        "DataConfig.reward_options": {"max_response_length": 8},
+        "RolloutConfig.max_response_length": 8,
+        "ModelConfig.use_remove_padding": True,
+        "OptimConfig.ppo_mini_batch_size": 4,
+        "TrainerConfig.total_steps": 1,
+        "TrainerConfig.val_before_train": False,
+        "TrainerConfig.save_at_end": False,
+    }
+    gin_text = arithmetic_gin(vision_model_dir, out, bindings).replace(
+        "arithmetic_dataset.limit = 32\n", ""
+    )
+    proc = train_two_processes(gin_text, tmp_path)
+    assert "processes=2" in proc.stdout + proc.stderr
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["rollout/logprob_abs_diff_mean"] < 1e-5 and last["actor/grad_norm"] > 0

@@ -39,8 +39,10 @@ def full_value(tensor: torch.Tensor) -> torch.Tensor:
     return (tensor.full_tensor() if isinstance(tensor, DTensor) else tensor).detach().clone()
 
 
-def global_batch(model_dir: str):
-    """Four image prompts, each answered by its colour's name (+ EOS), with fixed weights."""
+def global_batch(model_dir: str, mixed: bool = False):
+    """Four image prompts, each answered by its colour's name (+ EOS), with fixed weights;
+    ``mixed``: the last two rows without their image (text prompts), so that one of two
+    processes holds text rows only."""
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = tokenize_prompts(
         colour_dataset("val", limit=ROWS),
@@ -51,19 +53,21 @@ def global_batch(model_dir: str):
         name="val",
         images=ImagePromptRenderer.for_model(model_dir, tokenizer),
     )
+    text_prompt = tokenizer("colour?", add_special_tokens=False)["input_ids"]
     trajectories = []
     for i in range(ROWS):
         answer = tokenizer(prompts.ground_truths[i], add_special_tokens=False)["input_ids"]
         response = [*answer, tokenizer.eos_token_id]
+        text = mixed and i >= ROWS // 2
         trajectories.append(
             Trajectory(
-                prompt_ids=prompts.token_ids[i],
+                prompt_ids=text_prompt if text else prompts.token_ids[i],
                 response_ids=response,
                 loss_mask=[1] * len(response),
                 rollout_log_probs=[0.0] * len(response),
                 policy_version=[0] * len(response),
                 prompt_index=i,
-                multimodal_inputs=prompts.multimodal[i],
+                multimodal_inputs=None if text else prompts.multimodal[i],
             )
         )
     batch = build_batch(
@@ -84,6 +88,7 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--remove-padding", action="store_true")
+    parser.add_argument("--mixed", action="store_true", help="two rows without images")
     args = parser.parse_args()
     backend = TrainingBackend(strategy="auto", seed=0)
     rank, world = backend.process_index, backend.num_processes
@@ -91,7 +96,7 @@ def main() -> None:
         load_causal_lm(args.model), chunk_size=64, remove_padding=args.remove_padding
     )
     actor, optimizer = backend.prepare(actor, lambda p: torch.optim.SGD(p, lr=LR))
-    batch, weights = global_batch(args.model)
+    batch, weights = global_batch(args.model, args.mixed)
     mask = batch.loss_mask.float()
     per = ROWS // world
     mine = list(range(rank * per, (rank + 1) * per))
