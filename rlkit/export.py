@@ -4,7 +4,8 @@ A checkpoint (``<output_dir>/checkpoints/global_step_N``) holds the actor in
 ``torch.distributed.checkpoint`` format, one shard per process that saved it. This command
 reads it in ONE plain process, whatever number of processes wrote it (DCP reassembles
 full tensors from the shards' metadata; no process group is needed), and writes a
-directory ``AutoModelForCausalLM.from_pretrained`` loads: ``model.safetensors``,
+directory ``AutoModelForCausalLM.from_pretrained`` (a vision-language model:
+``AutoModelForImageTextToText``, with its image processor) loads: ``model.safetensors``,
 ``config.json``, ``generation_config.json`` and the tokenizer.
 
 Architecture and tokenizer come from the run: ``<output_dir>/resolved_config.json`` names
@@ -155,7 +156,9 @@ def export_checkpoint(
     Returns:
         The checkpoint directory that was exported.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from rlkit.models.loading import causal_lm_class, load_image_processor
 
     ckpt = find_checkpoint(checkpoint)
     verify_checkpoint(ckpt)  # never export weights whose bytes changed since the save
@@ -187,7 +190,7 @@ def export_checkpoint(
     # Built on the meta device: no memory or random initialisation for weights that the
     # checkpoint's tensors then replace (assign=True).
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = causal_lm_class(config).from_config(config, dtype=dtype)
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     # Tied weights (lm_head = embed_tokens) may be saved under one name only.
     tied = set(getattr(model, "_tied_weights_keys", None) or [])
@@ -221,6 +224,9 @@ def export_checkpoint(
             model.generation_config = GenerationConfig.from_pretrained(model_path)
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        processor = None if gguf_file else load_image_processor(model_path)
+        if processor is not None:  # a vision-language model renders images with it
+            processor.save_pretrained(staging)
         if target.exists():
             retired = target.parent / f".{target.name}.old-{uuid.uuid4().hex}"
             target.rename(retired)

@@ -411,3 +411,33 @@ def test_qwen2_vl_inputs_built_by_rlkit_equal_transformers_own_forward():
             input_ids=ids, attention_mask=mask, mm_token_type_ids=(ids == image).int(), **images
         ).logits
     assert torch.equal(ours[mask.bool()], theirs[mask.bool()])
+
+
+def test_a_vision_language_run_exports_a_model_that_renders_images_again(
+    vision_model_dir, tmp_path
+):
+    # Both exports, at the end of the run and by `rlkit export` from its checkpoint, are
+    # Qwen2.5-VL directories with the image processor beside the weights.
+    from rlkit.export import main as export_main
+    from rlkit.trainer.trainer import RLTrainer
+
+    out = tmp_path / "run"
+    cfg = vision_experiment(
+        vision_model_dir, out, trainer={"save_freq": 1, "export_hf_at_end": True}
+    )
+    RLTrainer(cfg).run()
+    exported = tmp_path / "exported"
+    assert export_main([str(out / "checkpoints" / "global_step_1"), str(exported)]) == 0
+    at_end = out / "hf_model"
+    first = load_causal_lm(str(at_end))
+    for directory in (at_end, exported):
+        model = load_causal_lm(str(directory))
+        assert type(model).__name__ == "Qwen2_5_VLForConditionalGeneration"
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        renderer = ImagePromptRenderer.for_model(str(directory), tokenizer)
+        prompts = image_prompts(tokenizer, renderer, limit=1)
+        assert prompts.multimodal[0]["image_grid_thw"].tolist() == [[1, 4, 4]]
+        for (name, a), b in zip(first.state_dict().items(), model.state_dict().values()):
+            assert torch.equal(a, b), name
+    initial = load_causal_lm(vision_model_dir).state_dict()
+    assert any(not torch.equal(initial[n], t) for n, t in first.state_dict().items())

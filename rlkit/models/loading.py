@@ -4,6 +4,7 @@ LoRA adapters."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -56,8 +57,10 @@ def load_causal_lm(
     check_model_dir(path)
     if dtype not in DTYPES:
         raise ValueError(f"ModelConfig.dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    auto = AutoModelForImageTextToText if _vision_language_dir(path) else AutoModelForCausalLM
-    model = auto.from_pretrained(path, dtype=DTYPES[dtype], gguf_file=gguf_file)
+    config = AutoConfig.from_pretrained(path, gguf_file=gguf_file)
+    model = causal_lm_class(config).from_pretrained(
+        path, config=config, dtype=DTYPES[dtype], gguf_file=gguf_file
+    )
     check_supported(model.config)
     keep_exact_attention(model)
     if gradient_checkpointing:
@@ -69,6 +72,21 @@ def _vision_language_dir(path: str) -> bool:
     """Whether the model directory holds a vision-language model (Qwen2-VL, Qwen2.5-VL)."""
     config = Path(path) / "config.json"
     return config.is_file() and is_vision_language(AutoConfig.from_pretrained(path))
+
+
+def load_image_processor(path: str) -> Any | None:
+    """The image processor of a vision-language model directory (saved beside exported
+    weights, so they render image prompts again); ``None`` for a text-only model."""
+    if not _vision_language_dir(path):
+        return None
+    from transformers import AutoImageProcessor
+
+    return AutoImageProcessor.from_pretrained(path)
+
+
+def causal_lm_class(config: Any) -> Any:
+    """The transformers auto class a model directory of ``config`` loads with."""
+    return AutoModelForImageTextToText if is_vision_language(config) else AutoModelForCausalLM
 
 
 def load_critic_backbone(

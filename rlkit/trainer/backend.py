@@ -516,7 +516,9 @@ class TrainingBackend:
         model_state, optim_state = get_state_dict(model, _plain_optimizer(optimizer))
         return {"model": model_state, "optimizer": optim_state}
 
-    def export_hf(self, model: nn.Module, tokenizer: Any, directory: str) -> None:
+    def export_hf(
+        self, model: nn.Module, tokenizer: Any, directory: str, processor: Any = None
+    ) -> None:
         """Write ``model.backbone`` as a complete Hugging Face model directory. Collective.
 
         The main process saves into a temporary sibling directory and renames it into place,
@@ -528,6 +530,7 @@ class TrainingBackend:
             model: a model returned by :meth:`prepare`.
             tokenizer: saved alongside (``save_pretrained``); ``None`` to skip.
             directory: destination directory.
+            processor: a vision-language model's image processor, saved alongside.
         """
         state = self.full_state_dict(model)
         if self.is_main_process:
@@ -537,8 +540,9 @@ class TrainingBackend:
             target.parent.mkdir(parents=True, exist_ok=True)
             staging = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex}"
             _backbone_of(self.unwrap(model)).save_pretrained(staging, state_dict=backbone_state)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(staging)
+            for part in (tokenizer, processor):
+                if part is not None:
+                    part.save_pretrained(staging)
             _replace_directory(staging, target)
         self.barrier()
 

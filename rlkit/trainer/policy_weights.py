@@ -22,10 +22,13 @@ def _hf_name(key: str) -> str:
 class TrainerPolicyWeights:
     """Implements :class:`rlkit.rollout.base.PolicyWeights` for the trainer's actor."""
 
-    def __init__(self, backend: Any, actor: torch.nn.Module, tokenizer: Any) -> None:
+    def __init__(
+        self, backend: Any, actor: torch.nn.Module, tokenizer: Any, processor: Any = None
+    ) -> None:
         self.backend = backend
         self.actor = actor
         self.tokenizer = tokenizer
+        self.processor = processor  # a vision-language model's image processor
         self._version = 0
 
     @property
@@ -53,7 +56,7 @@ class TrainerPolicyWeights:
             yield _hf_name(key), tensor
 
     def save_pretrained(self, path: str) -> None:
-        self.backend.export_hf(self.actor, self.tokenizer, path)
+        self.backend.export_hf(self.actor, self.tokenizer, path, self.processor)
 
     def snapshot(self) -> FrozenPolicyWeights:
         """A host copy of the current weights that later updates leave alone, for a sync

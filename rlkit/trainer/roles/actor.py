@@ -55,7 +55,7 @@ class ActorRole(TrainedRole):
 
     def __init__(self, ctx: RoleContext) -> None:
         super().__init__(ctx)
-        from rlkit.models.loading import add_lora
+        from rlkit.models.loading import add_lora, load_image_processor
         from rlkit.trainer.policy_weights import TrainerPolicyWeights
 
         m, o = ctx.config.model, ctx.config.optim
@@ -76,7 +76,8 @@ class ActorRole(TrainedRole):
                 target_modules=m.lora_target_modules,
             )
         self.prepare(policy, o.lr)
-        self.weights = TrainerPolicyWeights(ctx.backend, self.module, ctx.tokenizer)
+        processor = load_image_processor(m.path) if m.path else None
+        self.weights = TrainerPolicyWeights(ctx.backend, self.module, ctx.tokenizer, processor)
 
     @property
     def backbone(self) -> Any:
