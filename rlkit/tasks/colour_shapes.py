@@ -18,7 +18,7 @@ from typing import Any
 import gin
 import torch
 
-from rlkit.tasks.warmup import cached, publish, right_padded
+from rlkit.tasks.warmup import cached, publish, right_padded, supervised_warmup
 
 COLOURS = {
     "red": (220, 30, 30),
@@ -129,7 +129,7 @@ def colour_sft_model(
     Args:
         label_noise: fraction of demonstrations that name the next colour instead.
     """
-    from transformers import AutoImageProcessor, AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText
 
     from rlkit.data.image_prompts import ImagePromptRenderer
     from rlkit.models.tiny_vision_language import build_tiny_qwen2_5_vl, vision_tokenizer
@@ -159,64 +159,58 @@ def colour_sft_model(
         seed=seed,
     )
     model = AutoModelForImageTextToText.from_pretrained(tmp)
-    renderer = ImagePromptRenderer(
-        tokenizer, AutoImageProcessor.from_pretrained(tmp), _tokens(model.config)
-    )
+    renderer = ImagePromptRenderer.for_model(str(tmp), tokenizer)
     torch.manual_seed(seed)
     rng = random.Random(seed)
     combos = _combinations("train")
-    _warm_up(model, renderer, tokenizer, combos, rng, settings)
+
+    def next_batch() -> dict[str, Any]:
+        picked = [rng.choice(combos) for _ in range(batch_size)]
+        return _sft_batch(picked, renderer, tokenizer, rng, label_noise)
+
+    supervised_warmup(
+        model,
+        next_batch,
+        steps=steps,
+        lr=lr,
+        pad_token_id=tokenizer.pad_token_id,
+        log_every=50,
+        loss_of=lambda batch: _loss(model, batch),
+    )
     return publish(model, tmp, out, settings)
 
 
-def _tokens(config: Any) -> Any:
-    from rlkit.models.vision_language import vision_tokens
-
-    return vision_tokens(config)
-
-
-def _warm_up(model, renderer, tokenizer, combos, rng: random.Random, s: dict[str, Any]) -> None:
-    """AdamW with a one-cycle schedule on noisy ``prompt name EOS`` rows."""
+def _sft_batch(combos, renderer, tokenizer, rng: random.Random, noise: float) -> dict[str, Any]:
+    """Right-padded ``prompt name EOS`` rows (labels -100 but on name + EOS) and their
+    pictures' inputs."""
     from rlkit.data import render_prompt
-    from rlkit.models.vision_language import (
-        concat_images,
-        image_embeddings,
-        rope_positions,
-        vision_trunk,
-    )
+    from rlkit.models.vision_language import concat_images
 
     messages = renderer.messages([{"role": "user", "content": PROMPT}])
     text = render_prompt(messages, tokenizer, use_chat_template=True)
-    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    rows, images = [], []
+    for combo in combos:
+        ids, inputs, _ = renderer.render(list(prompt), [_image_for(combo, rng)])
+        name = tokenizer(_noisy_name(combo[0], rng, noise), add_special_tokens=False)
+        answer = name["input_ids"] + [tokenizer.eos_token_id]
+        rows.append((ids + answer, [-100] * len(ids) + answer))
+        images.append(inputs)
+    ids, labels = right_padded(rows, tokenizer.pad_token_id)
+    mask = (ids != tokenizer.pad_token_id).long()  # right padding only
+    return {"ids": ids, "labels": labels, "mask": mask, "images": concat_images(images)}
+
+
+def _loss(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    """The model's loss on the batch, fed as rollout and training feed it."""
+    from rlkit.models.vision_language import image_embeddings, rope_positions, vision_trunk
+
     trunk = vision_trunk(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(
-        opt, max_lr=s["lr"], total_steps=s["steps"], pct_start=0.1
-    )
-    model.train()
-    for step in range(s["steps"]):
-        rows, images = [], []
-        for combo in (rng.choice(combos) for _ in range(s["batch_size"])):
-            ids, inputs, _ = renderer.render(list(prompt_ids), [_image_for(combo, rng)])
-            name = tokenizer(
-                _noisy_name(combo[0], rng, s["label_noise"]), add_special_tokens=False
-            )["input_ids"] + [tokenizer.eos_token_id]
-            rows.append((ids + name, [-100] * len(ids) + name))
-            images.append(inputs)
-        ids, labels = right_padded(rows, tokenizer.pad_token_id)
-        mask = (ids != tokenizer.pad_token_id).long()  # right padding only
-        batch = concat_images(images)
-        positions, _ = rope_positions(trunk, ids, mask, batch["image_grid_thw"])
-        loss = model(
-            inputs_embeds=image_embeddings(trunk, ids, batch),
-            attention_mask=mask,
-            position_ids=positions,
-            labels=labels,
-        ).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 50 == 0 or step == s["steps"] - 1:
-            print(f"[sft] step {step:4d}/{s['steps']} loss {loss.item():.4f}", flush=True)
+    ids, mask, images = batch["ids"], batch["mask"], batch["images"]
+    positions, _ = rope_positions(trunk, ids, mask, images["image_grid_thw"])
+    return model(
+        inputs_embeds=image_embeddings(trunk, ids, images),
+        attention_mask=mask,
+        position_ids=positions,
+        labels=batch["labels"],
+    ).loss

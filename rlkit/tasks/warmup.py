@@ -51,22 +51,29 @@ def fresh_model(
 
 def supervised_warmup(
     model: torch.nn.Module,
-    next_batch: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    next_batch: Callable[[], Any],
     *,
     steps: int,
     lr: float,
     pad_token_id: int,
     tag: str = "sft",
     log_every: int = 250,
+    loss_of: Callable[[Any], torch.Tensor] | None = None,
 ) -> None:
     """AdamW with a one-cycle schedule on ``next_batch()`` = (ids, labels), labels -100
-    where nothing is trained; gradients clipped at 1."""
+    where nothing is trained; gradients clipped at 1. ``loss_of(batch)``: the loss of
+    another kind of batch (default: the model's own loss of right-padded ids)."""
+
+    def padded_rows_loss(batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        ids, labels = batch
+        return model(input_ids=ids, attention_mask=(ids != pad_token_id).long(), labels=labels).loss
+
+    loss_of = loss_of or padded_rows_loss
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     model.train()
     for step in range(steps):
-        ids, labels = next_batch()
-        loss = model(input_ids=ids, attention_mask=(ids != pad_token_id).long(), labels=labels).loss
+        loss = loss_of(next_batch())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
