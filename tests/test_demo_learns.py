@@ -22,12 +22,20 @@ def sft_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("demo_sft") / "sft_model"
 
 
-def run_demo(out: Path, sft_dir: Path, *bindings: str) -> list[tuple[int, float]]:
-    """``rlkit train experiments/demo.gin`` into ``out``; the held-out accuracy curve."""
-    command = [sys.executable, "-m", "rlkit.train", "experiments/demo.gin"]
+def run_demo(
+    out: Path,
+    sft_dir: Path,
+    *bindings: str,
+    experiment: str = "experiments/demo.gin",
+    builder: str = "arithmetic_sft_model",
+    key: str = KEY,
+) -> list[tuple[int, float]]:
+    """``rlkit train EXPERIMENT`` into ``out``, its warm-up model (``builder``) built or
+    reused in ``sft_dir``; the held-out accuracy curve (``key``)."""
+    command = [sys.executable, "-m", "rlkit.train", experiment]
     for binding in (
         f"TrainerConfig.output_dir = '{out}'",
-        f"arithmetic_sft_model.output_dir = '{sft_dir}'",
+        f"{builder}.output_dir = '{sft_dir}'",
         "TrainerConfig.progress_bar = False",
         *bindings,
     ):
@@ -35,7 +43,7 @@ def run_demo(out: Path, sft_dir: Path, *bindings: str) -> list[tuple[int, float]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "before RL:" in proc.stdout and "after RL:" in proc.stdout
-    return [(r["step"], r[KEY]) for r in read_metrics(out / "metrics.jsonl") if KEY in r]
+    return [(r["step"], r[key]) for r in read_metrics(out / "metrics.jsonl") if key in r]
 
 
 @pytest.mark.slow

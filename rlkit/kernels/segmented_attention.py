@@ -225,10 +225,15 @@ class AttentionSegments:
         return cls(bounds, None, device=device)
 
     def run_decoder(
-        self, decoder: nn.Module, input_ids: torch.Tensor, position_ids: torch.Tensor, setting: str
+        self,
+        decoder: nn.Module,
+        input_ids: torch.Tensor | None,
+        position_ids: torch.Tensor,
+        setting: str,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``decoder``'s last hidden states over the packed row ``input_ids`` (1, N),
-        attended within these segments: (N, H).
+        """``decoder``'s last hidden states over the packed row ``input_ids`` (1, N), or
+        its embeddings ``inputs_embeds`` (1, N, H), attended within these segments: (N, H).
 
         Raises:
             RuntimeError: the decoder did not pass the segments on to its attention
@@ -236,8 +241,9 @@ class AttentionSegments:
         """
         hidden = decoder(
             input_ids=input_ids,
+            inputs_embeds=inputs_embeds,
             position_ids=position_ids,
-            attention_mask=self.stand_in_mask(input_ids.device),
+            attention_mask=self.stand_in_mask(position_ids.device),
             use_cache=False,
             **{SEGMENTS_KWARG: self},
         ).last_hidden_state[0]

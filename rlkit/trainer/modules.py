@@ -20,7 +20,7 @@ from rlkit import ops
 from rlkit.distributed.collectives import world
 from rlkit.distributed.sequence_parallel import SequenceParallel
 from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
-from rlkit.kernels.segmented_attention import SEGMENTS_KWARG, AttentionSegments
+from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.models.attention_features import attention_features
 from rlkit.models.vision_language import (
     image_embeddings,
@@ -97,14 +97,8 @@ def _vision_language_hidden(
     packed, rope = embeds[keep][None], positions[:, keep][:, None]
     if getattr(language.config, "_attn_implementation", None) == GROUPED_SDPA:
         segments = AttentionSegments.causal(keep.sum(dim=1).tolist(), keep.device)
-        out = language(
-            inputs_embeds=packed,
-            position_ids=rope,
-            attention_mask=segments.stand_in_mask(keep.device),
-            use_cache=False,
-            **{SEGMENTS_KWARG: segments},
-        ).last_hidden_state[0]
-        segments.require_read(language, "ModelConfig.use_remove_padding")
+        setting = "ModelConfig.use_remove_padding"
+        out = segments.run_decoder(language, None, rope, setting, inputs_embeds=packed)
     else:
         # Text positions first (restarting per row): transformers reads the row
         # boundaries from them, as for packed text rows.
