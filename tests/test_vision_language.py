@@ -153,13 +153,16 @@ def test_a_grpo_step_on_image_prompts_scores_with_the_samplers_log_probs(
     assert m["actor/grad_norm"] > 0 and m["prompt_length/mean"] > 6
 
 
-def test_packed_image_rows_give_the_padded_rows_gradients(vision_model_dir, tmp_path):
+@pytest.mark.parametrize("attention", ["grouped_sdpa", "sdpa"])
+def test_packed_image_rows_give_the_padded_rows_gradients(vision_model_dir, tmp_path, attention):
+    # grouped_sdpa attends each packed row within its segment; sdpa reads the row
+    # boundaries from the text positions rlkit puts first (4 position rows, not 3).
     runs = [
         run_one_step(
             vision_experiment(
                 vision_model_dir,
                 tmp_path / str(packed),
-                model={"use_remove_padding": packed},
+                model={"use_remove_padding": packed, "kernel_overrides": {"attention": attention}},
                 optim={"lr": 0.0},
             )
         )
