@@ -73,18 +73,21 @@ from typing import Any
 _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
+if str(_ROOT / "benchmarks") not in sys.path:
+    sys.path.append(str(_ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from tiny_models import random_qwen2  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
 
 import rlkit.device  # noqa: E402
 from rlkit.metrics.flops import training_flops  # noqa: E402
+from rlkit.modeling.modules import ActorModule  # noqa: E402
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer  # noqa: E402
 from rlkit.ops import token_logprobs_and_entropy  # noqa: E402
 from rlkit.rollout.base import SamplingParams  # noqa: E402
-from rlkit.rollout.hf_engine import HFEngine  # noqa: E402
-from rlkit.trainer.modules import ActorModule  # noqa: E402
+from rlkit.rollout.embedded.engine import HFEngine  # noqa: E402
 
 transformers.utils.logging.disable_progress_bar()
 # ActorModule returns slices of its outputs; nothing here modifies them in place.
@@ -336,25 +339,23 @@ def build_model(ctx: Context, shape: ModelShape, attn: str = "sdpa") -> torch.nn
         )
         model = model.to(ctx.device)
     else:
-        config = Qwen2Config(
+        model = random_qwen2(
             vocab_size=shape.vocab,
             hidden_size=shape.hidden,
-            num_hidden_layers=shape.layers,
-            num_attention_heads=shape.heads,
-            num_key_value_heads=shape.kv_heads,
+            num_layers=shape.layers,
+            num_heads=shape.heads,
+            num_kv_heads=shape.kv_heads,
             intermediate_size=shape.intermediate,
             max_position_embeddings=32768,
             tie_word_embeddings=True,  # as Qwen2.5-0.5B and -1.5B
+            device=ctx.device,
+            attn_implementation=attn,
             rope_theta=1000000.0,
             rms_norm_eps=1e-6,
             bos_token_id=None,
             eos_token_id=None,
             pad_token_id=0,
         )
-        config._attn_implementation = attn
-        torch.manual_seed(0)
-        with torch.device(ctx.device):
-            model = Qwen2ForCausalLM(config)
     model.config.use_cache = False
     return model.train()
 

@@ -5,7 +5,7 @@ SmolLM2's; EOS is never sampled on purpose, so every row runs to
 ``max_new_tokens``) and return each sampled token's log-prob:
 
 * ``rlkit loop``: ``ROLLOUT_ENGINES.get("hf")`` with its default decode loop
-  (:mod:`rlkit.rollout.kv_decode`): one (rows x vocabulary) tensor at a time.
+  (:mod:`rlkit.rollout.embedded.kv_decode`): one (rows x vocabulary) tensor at a time.
 * ``generate loop``: the same engine with ``decode_loop="generate"``, which gathers the
   log-probs step by step inside ``generate`` (``SampledTokenLogProbs``).
 * ``output_scores``: the common recipe:
@@ -31,8 +31,13 @@ import json
 import subprocess
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
+
+_HERE = Path(__file__).resolve().parent
+if str(_HERE) not in sys.path:
+    sys.path.append(str(_HERE))
 
 MIB = float(1 << 20)
 VOCAB = 49152
@@ -40,20 +45,17 @@ EOS = VOCAB - 1  # suppressed while generating, so rows always reach max_new_tok
 
 
 def build_model() -> torch.nn.Module:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tiny_models import random_qwen2
 
-    torch.manual_seed(0)
-    config = Qwen2Config(
+    model = random_qwen2(
         vocab_size=VOCAB,
         hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
         intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
         max_position_embeddings=4096,
-        tie_word_embeddings=True,
-    )
-    model = Qwen2ForCausalLM(config).eval()
+    ).eval()
     model.generation_config.eos_token_id = None
     model.generation_config.bos_token_id = None
     return model

@@ -5,14 +5,14 @@ Usage::
     .venv/bin/python benchmarks/kv_cache.py [--shapes 6x64,206x128 --prompts 8 --n 8
         --hidden-size 512 --layers 8 --pairs 3 --threads 1]
 
-rlkit's decode loop (:func:`rlkit.rollout.kv_decode.decode`) samples ``n`` responses to
+rlkit's decode loop (:func:`rlkit.rollout.embedded.kv_decode.decode`) samples ``n`` responses to
 each of ``--prompts`` random prompts on a random Qwen2 (the defaults are the ``realistic``
 model of ``benchmarks/e2e_grpo_vs_trl.py``: hidden 512, 8 layers, 4 query and 2 key/value
 heads of 128; 64 rows). No stop token, so every row runs to length. Each shape is
 ``<prompt tokens>x<new tokens>``: ``6x64`` is ``realistic``'s, ``206x128`` ``gsm8k_like``'s.
 
 Each pair runs the loop twice with the same seed, once with the in-place cache
-(:mod:`rlkit.rollout.kv_cache`, the default) and once with transformers' ``DynamicCache``
+(:mod:`rlkit.rollout.embedded.kv_cache`, the default) and once with transformers' ``DynamicCache``
 (the baseline: the loop falls back to it where ``in_place_cache`` returns ``None``, as for
 sliding-window models), alternating which goes first. ``DynamicCache`` copies each
 layer's whole cache at every decoded token; the in-place cache writes the token into a
@@ -30,30 +30,30 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE.parent))
+if str(_HERE) not in sys.path:
+    sys.path.append(str(_HERE))
 
-from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from tiny_models import random_qwen2  # noqa: E402
 
 from rlkit.device.host_allocator import keep_freed_host_memory  # noqa: E402
-from rlkit.rollout import kv_decode  # noqa: E402
+from rlkit.rollout.embedded import kv_decode  # noqa: E402
 
 CACHES = ("in place", "DynamicCache")
 
 
-def build_model(args: argparse.Namespace, positions: int) -> Qwen2ForCausalLM:
+def build_model(args: argparse.Namespace, positions: int) -> torch.nn.Module:
     """A random Qwen2 decoder in eval mode (float32)."""
-    torch.manual_seed(0)
-    config = Qwen2Config(
+    return random_qwen2(
         vocab_size=args.vocab,
         hidden_size=args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_layers=args.layers,
+        num_heads=4,
+        num_kv_heads=2,
         intermediate_size=4 * args.hidden_size,
         max_position_embeddings=positions,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    ).eval()
 
 
 def run(model, prompts: list[list[int]], args, new_tokens: int, cache: str):

@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from rlkit.registry import ROLLOUT_ENGINES  # noqa: E402
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, tool_agent  # noqa: E402
 from rlkit.rollout.base import RolloutEngine, SamplingParams  # noqa: E402
-from rlkit.rollout.hf_engine import HFEngine  # noqa: E402
+from rlkit.rollout.embedded.engine import HFEngine  # noqa: E402
 from rlkit.rollout.turns import GenerateOnly  # noqa: E402
 from rlkit.tasks.tool_arithmetic import tool_sft_model  # noqa: E402
 from rlkit.tools import Tool, as_tool, schemas  # noqa: E402

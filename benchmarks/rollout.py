@@ -149,7 +149,7 @@ def sync_times(engine, model, modes: list[str], repeats: int, first_version: int
 
 
 def hf_tokens_per_s(weights, ps, params, concurrency: int) -> dict[str, float]:
-    from rlkit.rollout.hf_engine import HFEngine
+    from rlkit.rollout.embedded.engine import HFEngine
 
     return {
         loop: tokens_per_s(

@@ -8,7 +8,7 @@ Usage::
 Each shape is ``<prompt tokens>x<response tokens>x<responses>``: ``--segments`` packed
 sequences of one prompt followed by its responses (each response sees the prompt and
 its own earlier tokens), as the shared-prefix update packs a prompt group
-(:mod:`rlkit.trainer.prefix_sharing`). ``6x64x8`` is the ``realistic`` workload's group
+(:mod:`rlkit.modeling.prefix_sharing`). ``6x64x8`` is the ``realistic`` workload's group
 of ``benchmarks/e2e_grpo_vs_trl.py``, ``206x128x8`` the ``gsm8k_like`` one; the head
 sizes are those workloads' model's (4 query and 2 key/value heads of 128).
 

@@ -15,7 +15,7 @@ key/value heads of 128; 8 prompts x n = 8 rows):
    :func:`~rlkit.kernels.shared_prefix_decode.shared_prefix_attention` over the prompt
    held once per group. Median microseconds of ``--repeats`` calls, the ratio, and the
    largest difference of the outputs.
-2. **The decode loop** (:func:`rlkit.rollout.kv_decode.decode`) on a random Qwen2 under
+2. **The decode loop** (:func:`rlkit.rollout.embedded.kv_decode.decode`) on a random Qwen2 under
    the ``grouped_sdpa`` kernel, ``--shapes`` of ``<prompt tokens>x<new tokens>``, no stop
    token: ``shared_prefix=False`` (the in-place cache) against ``True``, pairs with the
    same seed, alternating which goes first. Whether both sampled the same tokens, and the

@@ -10,7 +10,7 @@ one actor forward + backward over ONE sequence of ``--tokens`` tokens (an eighth
 the rest response) on a random Qwen2 of the given shape:
 
 * ``k = 1``: process 0 alone runs the whole packed sequence (the other waits);
-* ``k = 2``: both processes split it (:mod:`rlkit.trainer.ulysses`).
+* ``k = 2``: both processes split it (:mod:`rlkit.modeling.ulysses`).
 
 Activation memory is what autograd keeps for the backward pass, summed over distinct
 storages at the end of the forward (``torch.autograd.graph.saved_tensors_hooks``),
@@ -91,20 +91,17 @@ class Stopwatch:
 
 
 def _model(args: argparse.Namespace):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from tiny_models import random_qwen2
 
-    torch.manual_seed(0)  # the same weights on both processes
-    config = Qwen2Config(
+    return random_qwen2(  # seeded: the same weights on both processes
         vocab_size=512,
         hidden_size=args.hidden_size,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
         intermediate_size=2 * args.hidden_size,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        num_key_value_heads=args.kv_heads,
         max_position_embeddings=args.tokens,
-        tie_word_embeddings=True,
     )
-    return Qwen2ForCausalLM(config)
 
 
 def _batch(tokens: int) -> tuple[dict, int]:
@@ -139,7 +136,7 @@ def worker(args: argparse.Namespace) -> None:
     from rlkit.distributed.sequence_parallel import build_sequence_parallel
     from rlkit.kernels.attention import grouped_sdpa_attention
     from rlkit.kernels.segmented_attention import AttentionSegments
-    from rlkit.trainer.modules import ActorModule
+    from rlkit.modeling.modules import ActorModule
 
     dist.init_process_group("gloo")
     torch.set_num_threads(1)

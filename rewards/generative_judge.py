@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import atexit
 import difflib
-import importlib
 import json
 import math
 import numbers
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.context import RewardContext
+from rlkit.models.sampling_params import SamplingParams
 from rlkit.registry import REWARDS, ROLLOUT_ENGINES
 
 NAME = "generative_judge"
@@ -565,12 +565,9 @@ class Judge:
             raise _none_parsed(self.options, texts, outputs)
         return results
 
-    def _params(self) -> Any:
-        # The engine interface's own type, imported by name: rlkit.rollout is layer 3,
-        # above rewards (docs/architecture.md), and loaded by then (the engine is its).
-        base = importlib.import_module("rlkit.rollout.base")
+    def _params(self) -> SamplingParams:
         o = self.options
-        return base.SamplingParams(max_new_tokens=o.max_new_tokens, temperature=o.temperature)
+        return SamplingParams(max_new_tokens=o.max_new_tokens, temperature=o.temperature)
 
 
 _backends: dict[str, JudgeBackend] = {}

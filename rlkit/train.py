@@ -1,7 +1,7 @@
 """``rlkit train CONFIG.gin [CONFIG2.gin ...] [--gin_param 'Section.field = value' ...]``.
 
 Also ``python -m rlkit.train``. Every knob is a gin binding (see
-``rlkit/trainer/config.py``); misspelt or unknown bindings fail before any
+``rlkit/trainer/config/``); misspelt or unknown bindings fail before any
 work, naming the binding. The operative configuration is saved as
 ``<output_dir>/config.gin``.
 
@@ -138,6 +138,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
     from rlkit.rollout.servers.errors import ServerStartError
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
+    from rlkit.trainer.data_contract import DataContractError
     from rlkit.trainer.rollout_source import NoUpdateError
     from rlkit.trainer.run_dir import RunDirError
     from rlkit.trainer.scoring import RewardFailure
@@ -158,6 +159,7 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         NoUpdateError,  # DAPO's group filter kept nothing in any step
         ServerStartError,  # an inference server not installed, unreachable or not starting
         SequenceParallelError,  # a Ulysses size the launched processes cannot form
+        DataContractError,  # a role that did not store what it declared it provides
     ) as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()

@@ -127,6 +127,19 @@ def smollm2_dir(tmp_path_factory) -> str:
 _LAUNCH_ENV = (*LAUNCH_VARS, "ACCELERATE_USE_FSDP")
 
 
+@pytest.fixture
+def extras_checks():
+    """tests/extras_checks.py's checking estimator and loss, registered while a test runs
+    (by name: ``checked_grpo``, ``checked_vanilla``; its role: ``StampRole``)."""
+    from rlkit.registry import ESTIMATORS, POLICY_LOSSES
+    from tests import extras_checks as checks
+
+    checks.register()
+    yield checks
+    ESTIMATORS.unregister("checked_grpo")
+    POLICY_LOSSES.unregister("checked_vanilla")
+
+
 @pytest.fixture(autouse=True)
 def _launch_env_unchanged(request):
     """A test that leaves launch variables behind would hand them to every

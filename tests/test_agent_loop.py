@@ -10,14 +10,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlkit.interactions import Interaction, InteractionReply
+from rlkit.modeling.modules import ActorModule
 from rlkit.rollout.agent_loop import AgentConfig, AgentRequest, agent_config, tool_agent
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.hf_engine import HFEngine
+from rlkit.rollout.embedded.engine import HFEngine
 from rlkit.rollout.observations import ObservationRenderer
 from rlkit.rollout.turns import GenerateOnly
 from rlkit.tools import schemas
 from rlkit.trainer.batch import build_batch
-from rlkit.trainer.modules import ActorModule
 from tests.sglang.local_policy import LocalPolicyWeights
 
 CHATML = (
@@ -135,7 +135,7 @@ def test_teacher_forced_log_probs_equal_the_rollout_ones_on_policy_tokens(tool_m
     actor = ActorModule(model)
     logp, _ = actor(batch.model_inputs(), batch.prompt_width, 1.0, False)
     mask = batch.loss_mask.bool()
-    torch.testing.assert_close(logp[mask], batch.rollout_log_probs[mask], rtol=0, atol=1e-5)
+    torch.testing.assert_close(logp[mask], batch.rollout_log_prob[mask], rtol=0, atol=1e-5)
     # The gradient of a loss over the policy tokens is exactly zero on inserted tokens.
     logp = logp.detach().requires_grad_()
     ((logp * batch.loss_mask).sum() / batch.loss_mask.sum()).backward()

@@ -18,7 +18,7 @@ from rlkit.kernels.shared_prefix_decode import (
     reference_shared_prefix_attention,
     shared_prefix_attention,
 )
-from rlkit.rollout.kv_cache import InPlaceLayer
+from rlkit.rollout.embedded.kv_cache import InPlaceLayer
 from tests.test_kernels_segmented_attention import prefix_masks
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlkit.rollout.kv_cache import in_place_cache
+from rlkit.rollout.embedded.kv_cache import in_place_cache
 from tests.benchmark_scripts import load_benchmark
 
 

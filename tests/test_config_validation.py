@@ -3,7 +3,8 @@
 is allowed.
 
 The cases are generated from the dataclass fields and their rules, so a new field is
-noticed: it needs a rule in ``rlkit.trainer.config.FIELD_RULES`` (or an implied
+noticed: it needs a rule in its section (``checked(default, RULE)``, the field's
+``rule`` metadata; ``rlkit/trainer/config/rules.py``) (or an implied
 ``bool`` / ``dict`` one), or a place in :data:`FREE_FORM` below with the reason.
 """
 
@@ -126,7 +127,7 @@ def test_every_field_has_a_rule_or_is_listed_as_free_form():
         ruled, free = set(rules_for(cls)), FREE_FORM[cls.__name__]
         assert not ruled & free, f"{cls.__name__}: both a rule and free-form: {ruled & free}"
         assert names == ruled | free, (
-            f"{cls.__name__}: fields without a rule (add one to FIELD_RULES, or list them "
+            f"{cls.__name__}: fields without a rule (give it one with checked(...), or list them "
             f"in FREE_FORM with the reason): {sorted(names - ruled - free)}; "
             f"unknown names: {sorted((ruled | free) - names)}"
         )

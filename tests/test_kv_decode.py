@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlkit.rollout import kv_decode
-from rlkit.rollout.kv_decode import decode, sample_categorical
+from rlkit.rollout.embedded import kv_decode
+from rlkit.rollout.embedded.kv_decode import decode, sample_categorical
 from tests.test_hf_engine import _reference_logprobs
 
 

@@ -37,6 +37,7 @@ LAYERS = {
     "rlkit.tools": 2,
     "rlkit.interactions": 2,
     "rlkit.ops": 3,
+    "rlkit.modeling": 3,
     "rlkit.rollout": 3,
     "rlkit.testing": 3,
     "rlkit.evaluation": 4,

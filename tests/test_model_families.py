@@ -29,6 +29,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from rlkit.kernels.patching import apply_kernels
+from rlkit.modeling.modules import ActorModule
 from rlkit.models.attention_features import (
     UnsupportedModelError,
     attention_features,
@@ -38,9 +39,8 @@ from rlkit.models.loading import check_model_family, load_causal_lm
 from rlkit.models.tiny import train_byte_tokenizer
 from rlkit.models.tiny_families import FAMILIES, build_tiny_family
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.hf_engine import HFEngine
-from rlkit.rollout.kv_decode import decode
-from rlkit.trainer.modules import ActorModule
+from rlkit.rollout.embedded.engine import HFEngine
+from rlkit.rollout.embedded.kv_decode import decode
 from tests.gin_files import arithmetic_gin
 from tests.numerics import gamma, reduction_depth
 

@@ -9,11 +9,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rlkit.kernels import apply_kernels
+from rlkit.modeling.modules import ActorModule, CriticModule
+from rlkit.modeling.prefix_sharing import prompt_groups
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 from rlkit.rollout.trajectory import Trajectory
 from rlkit.trainer.batch import build_batch
-from rlkit.trainer.modules import ActorModule, CriticModule
-from rlkit.trainer.prefix_sharing import prompt_groups
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_shared_prefix_values_equal_the_plain_rows(model_dir):
 
 def packed_lengths(batch, config) -> list[int]:
     """Each packed sequence's length: its prompt and its chunk's responses."""
-    from rlkit.trainer.prefix_sharing import cheapest_chunks
+    from rlkit.modeling.prefix_sharing import cheapest_chunks
 
     mask = batch.attention_mask
     prompts = mask[:, : batch.prompt_width].sum(1).tolist()
@@ -160,7 +160,7 @@ def test_a_model_that_does_not_hand_on_the_segments_is_refused(model_dir):
 
 
 def test_an_attention_without_custom_masks_falls_back_to_plain_rows(model_dir):
-    from rlkit.trainer.prefix_sharing import supports_prefix_sharing
+    from rlkit.modeling.prefix_sharing import supports_prefix_sharing
 
     backbone = load(model_dir, "sdpa")
     assert supports_prefix_sharing(backbone.model, {"input_ids": None})
@@ -170,7 +170,7 @@ def test_an_attention_without_custom_masks_falls_back_to_plain_rows(model_dir):
 
 
 def test_row_split_keeps_groups_whole_and_cuts_only_groups_too_large():
-    from rlkit.trainer.prefix_sharing import grouped_row_split
+    from rlkit.trainer.prompt_groups import grouped_row_split
 
     # Groups {0,3} (longest response 5), {1,2,4} (2), {5} (9); at most 3 rows each.
     # By longest response: {1,2,4} | {0,3} | {5}; {0,3} + {5} fit together.
@@ -183,7 +183,7 @@ def test_row_split_keeps_groups_whole_and_cuts_only_groups_too_large():
 
 
 def test_token_split_counts_each_group_as_one_packed_row():
-    from rlkit.trainer.prefix_sharing import grouped_token_split
+    from rlkit.trainer.prompt_groups import grouped_token_split
 
     # Prompt 10 + responses 5, 5, 5 = one packed row of 25; a second group 4 + 6 = 10.
     prompts, responses = [10, 10, 10, 4], [5, 5, 5, 6]
@@ -195,7 +195,7 @@ def test_token_split_counts_each_group_as_one_packed_row():
 
 
 def test_processes_get_whole_groups_when_they_split_evenly():
-    from rlkit.trainer.prefix_sharing import whole_group_shares
+    from rlkit.trainer.prompt_groups import whole_group_shares
 
     groups = [[0, 1], [2, 3], [4, 5], [6, 7]]
     lengths = [9, 9, 1, 1, 8, 8, 2, 2]  # group tokens 18, 2, 16, 4
@@ -249,7 +249,7 @@ def test_a_trainer_step_with_shared_prefixes_equals_one_on_plain_rows(
 def test_packing_is_chosen_only_where_it_saves_flops():
     from types import SimpleNamespace
 
-    from rlkit.trainer.prefix_sharing import cheapest_chunks
+    from rlkit.modeling.prefix_sharing import cheapest_chunks
 
     # Qwen2.5-0.5B's shape: D = 2 x 355M weights of the layers, A = 4 x 64 x 14 x 24.
     config = SimpleNamespace(
@@ -274,7 +274,7 @@ def test_packing_is_chosen_only_where_it_saves_flops():
 
 
 def test_the_test_batches_really_share_their_prompts(model_dir):
-    from rlkit.trainer.prefix_sharing import cheapest_chunks, prompt_groups
+    from rlkit.modeling.prefix_sharing import cheapest_chunks, prompt_groups
 
     config = load(model_dir, "sdpa").config
     batch = grouped_batch(config.vocab_size)

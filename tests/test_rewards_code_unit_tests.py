@@ -281,7 +281,7 @@ def test_bad_options_raise_value_errors():
 
 
 def test_options_are_checked_before_training():
-    # check_registered_names (rlkit/trainer/config.py) calls the entry's check_options
+    # check_registered_names (rlkit/trainer/config/names.py) calls the entry's check_options
     # with DataConfig.reward_options before the model loads.
     check = REWARDS.entry("code_unit_tests").extra["check_options"]
     assert check is check_options

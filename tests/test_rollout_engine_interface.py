@@ -24,7 +24,7 @@ from rlkit.rollout.base import (
     SamplingParams,
     split_engine_metrics,
 )
-from rlkit.rollout.hf_engine import HFEngine
+from rlkit.rollout.embedded.engine import HFEngine
 from rlkit.rollout.turns import BatchedTurns, GenerateOnly, TurnGenerator, TurnResult, run_turns
 from tests.sglang.local_policy import LocalPolicyWeights
 

@@ -6,7 +6,7 @@ import torch
 from transformers import Qwen2Config
 from transformers.cache_utils import DynamicLayer
 
-from rlkit.rollout.kv_cache import (
+from rlkit.rollout.embedded.kv_cache import (
     InPlaceLayer,
     SharedPrefixLayer,
     in_place_cache,

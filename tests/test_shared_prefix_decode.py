@@ -15,9 +15,9 @@ from rlkit.kernels.shared_prefix_decode import (
     reference_shared_prefix_attention,
     shared_prefix_attention,
 )
-from rlkit.rollout import kv_decode
-from rlkit.rollout.kv_cache import check_prefixes_read, prefix_reader, shared_prefix_cache
-from rlkit.rollout.kv_decode import decode
+from rlkit.rollout.embedded import kv_decode
+from rlkit.rollout.embedded.kv_cache import check_prefixes_read, prefix_reader, shared_prefix_cache
+from rlkit.rollout.embedded.kv_decode import decode
 from tests.test_hf_engine import _reference_logprobs
 
 

@@ -1,4 +1,5 @@
-"""Algorithm: what a step needs follows from the registered pieces; losses get declared inputs."""
+"""Algorithm: what a step needs and which roles run follow from the registered pieces;
+losses get declared inputs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rlkit.registry import POLICY_LOSSES
 from rlkit.rollout.trajectory import Trajectory
 from rlkit.trainer.algorithm import Algorithm
 from rlkit.trainer.batch import build_batch
+from rlkit.trainer.data_contract import DataContractError
 from tests.experiment_factory import small_experiment
 
 SEEN: dict[str, torch.Tensor] = {}
@@ -53,14 +55,12 @@ def _algorithm(tmp_path, **algorithm) -> Algorithm:
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({}, dict(values=False, ref_log_probs=False, greedy_baseline=False, old_log_probs=False)),
-        ({"adv_estimator": "gae"}, dict(values=True)),
+        ({}, dict(greedy_baseline=False, old_log_prob=False)),
         ({"adv_estimator": "remax"}, dict(greedy_baseline=True)),
-        ({"use_kl_loss": True}, dict(ref_log_probs=True, old_log_probs=False)),
-        ({"use_kl_in_reward": True}, dict(ref_log_probs=True, old_log_probs=True)),
-        ({"rollout_is_level": "token"}, dict(old_log_probs=True)),
-        ({"optim": {"ppo_mini_batch_size": 2}}, dict(old_log_probs=True, entropy=False)),
-        ({"policy_loss": "test_records_inputs"}, dict(ref_log_probs=True)),
+        ({"use_kl_loss": True}, dict(old_log_prob=False)),
+        ({"use_kl_in_reward": True}, dict(old_log_prob=True)),
+        ({"rollout_is_level": "token"}, dict(old_log_prob=True)),
+        ({"optim": {"ppo_mini_batch_size": 2}}, dict(old_log_prob=True, entropy=False)),
         ({"entropy_coeff": 0.01, "optim": {"ppo_mini_batch_size": 2}}, dict(entropy=True)),
     ],
 )
@@ -70,11 +70,28 @@ def test_needs_follow_from_the_registered_pieces(tmp_path, settings, expected):
         assert getattr(needs, name) is value, name
 
 
+@pytest.mark.parametrize(
+    ("settings", "roles"),
+    [
+        ({}, ("actor",)),
+        ({"adv_estimator": "gae"}, ("actor", "critic")),
+        ({"use_kl_in_reward": True}, ("actor", "reference")),
+        ({"policy_loss": "test_records_inputs"}, ("actor", "reference")),
+        ({"adv_estimator": "gae", "use_kl_loss": True}, ("actor", "reference", "critic")),
+    ],
+)
+def test_the_roles_follow_from_the_inputs_the_pieces_read(tmp_path, settings, roles):
+    assert _algorithm(tmp_path, **settings).roles == roles
+
+
 def test_a_loss_declaring_an_unknown_input_is_refused_naming_the_known_ones(tmp_path):
-    with pytest.raises(
-        ValueError, match=r"unknown input\(s\) \['reference_logits'\].*ref_log_prob"
-    ):
+    with pytest.raises(DataContractError) as caught:
         _algorithm(tmp_path, policy_loss="test_bad_input")
+    message = str(caught.value)
+    assert "policy loss 'test_bad_input' reads the input 'reference_logits'" in message
+    # What could be read instead: the batch's own tensors and the built-in roles' ones.
+    for name in ("ref_log_prob", "values", "rollout_log_prob", "entropy", "scores"):
+        assert repr(name) in message
 
 
 def _tool_batch():
@@ -115,14 +132,14 @@ def test_estimators_see_the_loss_mask_so_tool_tokens_get_no_advantage(tmp_path):
 def test_gae_skips_the_tool_span_and_the_actor_loss_has_no_gradient_there(tmp_path):
     batch = _tool_batch()
     algo = _algorithm(tmp_path, adv_estimator="gae", gamma=0.5, lam=1.0)
-    batch.values = torch.zeros(2, 4)
+    batch.extras["values"] = torch.zeros(2, 4)
     algo.compute_advantages(batch)
     # gamma = 0.5, lam = 1, V = 0: the return at t = 0 skips t = 1, 2 (mask 0), so it is
     # 0.5 * r_3 = 0.5 for row 0, not 0.5**3 = 0.125 as it would be without skipping.
     assert batch.returns[0, 0].item() == pytest.approx(0.5)
     assert batch.returns[0, 3].item() == pytest.approx(1.0)
     log_prob = torch.full((2, 4), -0.5, requires_grad=True)
-    loss, _, _ = algo.actor_loss(batch, log_prob, torch.zeros(2, 4), algo.normalisers(batch))
+    loss, _, _ = algo.actor_loss(batch, (log_prob, torch.zeros(2, 4)), algo.normalisers(batch))
     loss.backward()
     assert log_prob.grad[:, 1:3].abs().sum() == 0  # tool tokens: no gradient
     assert log_prob.grad[0, 0] != 0
@@ -132,16 +149,16 @@ def test_a_loss_receives_its_declared_inputs_from_the_micro_batch(tmp_path):
     batch = _tool_batch()
     algo = _algorithm(tmp_path, policy_loss="test_records_inputs")
     algo.compute_advantages(batch)
-    batch.ref_log_probs = torch.full((2, 4), -0.7)
+    batch.extras["ref_log_prob"] = torch.full((2, 4), -0.7)
     log_prob = torch.full((2, 4), -0.5, requires_grad=True)
-    algo.actor_loss(batch, log_prob, torch.zeros(2, 4), algo.normalisers(batch))
-    assert SEEN["ref_log_prob"] is batch.ref_log_probs
+    algo.actor_loss(batch, (log_prob, torch.zeros(2, 4)), algo.normalisers(batch))
+    assert SEEN["ref_log_prob"] is batch.extras["ref_log_prob"]
     assert SEEN["policy_version"].tolist() == [[2, -1, -1, 2]] * 2
 
 
 def test_value_loss_is_chosen_by_name(tmp_path):
     batch = _tool_batch()
-    batch.values = torch.zeros(2, 4)
+    batch.extras["values"] = torch.zeros(2, 4)
     batch.returns = torch.full((2, 4), 2.0)
     vpreds = torch.full((2, 4), 1.0)
     norms = {"num_tokens": 4, "num_seqs": 2, "norm_length": 4}

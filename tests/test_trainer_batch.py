@@ -1,6 +1,7 @@
 """Padding trajectories into a TrainBatch, balancing rows over processes, micro-batch splits."""
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -61,7 +62,7 @@ def test_build_batch_left_pads_prompts_and_right_pads_responses():
     # Positions count real tokens only: row 1 starts at position 0 on token 7.
     assert b.position_ids[1].tolist()[1:3] == [0, 1]
     assert b.loss_mask.tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]
-    assert b.rollout_log_probs[0, :3].tolist() == [
+    assert b.rollout_log_prob[0, :3].tolist() == [
         -0.10000000149011612,
         -0.20000000298023224,
         -0.30000001192092896,
@@ -135,7 +136,47 @@ def test_select_takes_rows_of_every_layout_in_order():
     assert picked.input_ids[:, -4:].tolist() == [[10, 0, 0, 0], [8, 9, 2, 0], [10, 0, 0, 0]]
     assert picked.advantages[:, 0].tolist() == [4.0, 0.0, 4.0]
     assert picked.scores.tolist() == [0.5, 1.0, 0.5]
-    assert picked.ref_log_probs is None  # unset fields stay unset
+    assert picked.old_log_prob is None  # unset fields stay unset
+
+
+def test_extras_follow_the_rows_through_select_trim_pad_and_device_moves():
+    b = _batch()  # response widths 3 and 1 in a width-4 batch
+    b.extras["bonus"] = torch.arange(8.0).reshape(2, 4)  # per token
+    b.extras["weight"] = torch.tensor([0.25, 0.75])  # per response
+    b.extras["top2"] = torch.arange(16.0).reshape(2, 4, 2)  # per token, a trailing dim
+    picked = b.select([1, 0])
+    assert picked.extras["bonus"].tolist() == [[4, 5, 6, 7], [0, 1, 2, 3]]
+    assert picked.extras["weight"].tolist() == [0.75, 0.25]
+    # Trimming cuts the response columns no row uses (T' = 3) from the token extras only.
+    cut = picked.trimmed()
+    assert cut.extras["bonus"].tolist() == [[4, 5, 6], [0, 1, 2]]
+    assert cut.extras["top2"].shape == (2, 3, 2)
+    assert cut.extras["weight"].tolist() == [0.75, 0.25]
+    # Balancing rows copy row 0's extras (their loss mask is zero).
+    padded = pad_rows_to_multiple(b, 3)
+    assert padded.extras["weight"].tolist() == [0.25, 0.75, 0.25]
+    assert padded.extras["bonus"].shape == (3, 4)
+    assert b.to("cpu").extras.keys() == b.extras.keys()
+    # One name reads an extra or a field alike.
+    assert b.get("weight") is b.extras["weight"] and b.get("scores") is b.scores
+    with pytest.raises(KeyError, match="no tensor 'bonsu'"):
+        b.get("bonsu")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (torch.zeros(2, 3), r"shape \(2, 3\); expected \(2, 4\) per token or \(2,\) per response"),
+        (torch.zeros(3), r"shape \(3,\)"),
+        ([0.0, 1.0], "is a list, not a torch.Tensor"),
+    ],
+)
+def test_an_extra_of_the_wrong_shape_is_named_with_the_shapes_expected(value, message):
+    from rlkit.trainer.batch import extra_problem
+
+    assert extra_problem("good", torch.zeros(2, 4), 2, 4) is None
+    assert extra_problem("good", torch.zeros(2), 2, 4) is None
+    assert re.search(message, extra_problem("bonus", value, 2, 4))
 
 
 def test_model_inputs_concatenate_the_rows_multimodal_inputs():

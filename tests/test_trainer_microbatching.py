@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rlkit.trainer.modules import ActorModule
+from rlkit.modeling.modules import ActorModule
 from tests.experiment_factory import (
     LENGTH_REWARD,
     StepRun,

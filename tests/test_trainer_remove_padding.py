@@ -7,10 +7,10 @@ import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
 from rlkit.kernels import apply_kernels
+from rlkit.modeling.modules import ActorModule, CriticModule
 from rlkit.rollout.base import RolloutBatch
 from rlkit.rollout.trajectory import trajectories_from_rollout
 from rlkit.trainer.batch import build_batch
-from rlkit.trainer.modules import ActorModule, CriticModule
 from tests.experiment_factory import (
     LENGTH_REWARD,
     StepRun,

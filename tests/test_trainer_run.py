@@ -398,8 +398,8 @@ def test_on_policy_update_skips_old_logprob_pass_and_matches_the_explicit_one(
     # One mini-batch per step and one epoch: pi_old is the current policy.
     def one_step(explicit: bool, **optim) -> StepRun:
         def prepare(trainer):
-            assert not trainer.needs.old_log_probs
-            trainer.algorithm.needs = dataclasses.replace(trainer.needs, old_log_probs=explicit)
+            assert not trainer.needs.old_log_prob
+            trainer.algorithm.needs = dataclasses.replace(trainer.needs, old_log_prob=explicit)
 
         cfg = small_experiment(
             demo_model_dir,

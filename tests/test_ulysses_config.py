@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from transformers import Qwen2_5_VLConfig
 
+from rlkit.modeling.ulysses import head_problems
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 from rlkit.trainer.config import DataConfig, ExperimentConfig, ModelConfig
-from rlkit.trainer.ulysses import head_problems
 from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.data.prompt_dataset import PromptDataError
 from rlkit.models.loading import load_causal_lm
-from rlkit.rollout.kv_decode import decode
+from rlkit.rollout.embedded.kv_decode import decode
 from rlkit.tasks.colour_shapes import colour_dataset
 from rlkit.trainer.prompts import tokenize_prompts
 from tests.experiment_factory import assert_same_gradients, run_one_step, small_experiment

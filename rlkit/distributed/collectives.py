@@ -71,13 +71,30 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=0).to(tensor.device)
 
 
+_REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+"""Reduce op names -> ``dist.ReduceOp`` members; ``mean`` is a sum divided afterwards
+(gloo has no AVG)."""
+
+
 def all_reduce(tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """In-place all-reduce (``sum`` | ``max`` | ``min``); returns the tensor."""
+    """In-place all-reduce over every process; returns the tensor (the input itself).
+
+    Args:
+        tensor: any shape; with ``mean`` a floating-point one.
+        op: ``"sum"``, ``"mean"`` (the sum divided by the process count), ``"max"`` or
+            ``"min"``.
+
+    Raises:
+        ValueError: an unknown ``op``.
+    """
+    if op not in _REDUCE_OPS:
+        raise ValueError(f"unknown reduce op {op!r}; choose one of {tuple(_REDUCE_OPS)}")
     _, size = world()
     if size > 1:
-        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         moved = tensor.to(transport_device())
-        dist.all_reduce(moved, op=ops[op])
+        dist.all_reduce(moved, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]))
+        if op == "mean":
+            moved = moved / size
         tensor.copy_(moved)
     return tensor
 

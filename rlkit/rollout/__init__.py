@@ -18,7 +18,7 @@ __all__ = [
 
 # Built-in engines register themselves on import.
 from rlkit.rollout import (
-    hf_engine,  # noqa: E402,F401
+    embedded,  # noqa: E402,F401
     sglang,  # noqa: E402,F401
     vllm,  # noqa: E402,F401
 )

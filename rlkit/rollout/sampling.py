@@ -5,30 +5,17 @@ Kept apart from the engine interface (:mod:`rlkit.rollout.base`) so that the tur
 generators (:mod:`rlkit.rollout.turns`), one of which the interface's default
 ``RolloutEngine.turns`` returns, use these types without importing the interface:
 ``base`` imports ``turns``, and both import this module. ``rlkit.rollout.base`` and
-``rlkit.rollout`` export both names too.
+``rlkit.rollout`` export both names too. :class:`SamplingParams` is defined in
+:mod:`rlkit.models.sampling_params`, a layer below, where the rewards can reach it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rlkit.models.sampling_params import SamplingParams
 
-@dataclass(frozen=True)
-class SamplingParams:
-    """How to sample. ``n`` responses are drawn for every prompt.
-
-    ``top_k <= 0`` and ``top_p == 1`` disable those filters; ``temperature == 0``
-    means greedy decoding. ``stop_token_ids`` end a response (the stop token is
-    kept in the response, as EOS is).
-    """
-
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    n: int = 1
-    stop_token_ids: tuple[int, ...] = ()
-    seed: int | None = None
+__all__ = ["RolloutBatch", "SamplingParams"]
 
 
 @dataclass

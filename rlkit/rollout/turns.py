@@ -10,7 +10,7 @@ batched is the engine's business:
   are sent together in one :meth:`RolloutEngine.generate` call, which runs in a
   worker thread so tools keep running. Each turn prefills its whole context again.
 * The embedded engine continues each trajectory's KV cache across turns
-  (:mod:`rlkit.rollout.continuous_decode`); SGLang sends each turn as its own
+  (:mod:`rlkit.rollout.embedded.continuous_decode`); SGLang sends each turn as its own
   request (:class:`rlkit.rollout.servers.engine.ServerTurns`), the server's prefix
   cache reusing the context.
 

@@ -1,21 +1,22 @@
 """An RL algorithm as the trainer sees it: registered pieces and what a step needs.
 
 :class:`Algorithm` is built from :class:`~rlkit.trainer.config.AlgorithmConfig`'s
-registry names (so every gin preset works unchanged). It declares, in
-:class:`Needs`, which forward passes and extra rollouts a step must run, and it
-owns the three computations between them: advantages (KL in the reward, the
-estimator, rollout importance weights), the actor loss and the critic loss. The
-trainer runs only what ``needs`` declares and never looks at estimator flags or
-loss names itself.
+registry names (so every gin preset works unchanged). It owns the three computations
+between a step's forward passes: advantages (KL in the reward, the estimator, rollout
+importance weights), the actor loss and the critic loss. Which roles run is not its
+business: every tensor a piece reads is declared by name, and
+:func:`~rlkit.trainer.data_contract.plan_roles` finds the roles that provide them.
 
 Estimators and losses are reached only through their registries and keep their
-one pure-function signature each. A policy loss may declare extra inputs when it
-is registered::
+one pure-function signature each. A policy loss or an estimator may declare inputs
+when it is registered::
 
     @POLICY_LOSSES.register("my_loss", inputs=("ref_log_prob",))
     def my_loss(old_log_prob, log_prob, advantages, response_mask, *, ref_log_prob, **kw): ...
 
-and then receives them as keyword tensors (names in :data:`LOSS_INPUTS`).
+and then receives each as a keyword tensor, sliced to the micro-batch
+(:data:`~rlkit.trainer.data_contract.BATCH_INPUTS`, :data:`~rlkit.trainer.data_contract.
+LOSS_INPUTS`, or any role's ``provides``).
 """
 
 from __future__ import annotations
@@ -29,50 +30,26 @@ import algorithms
 import estimators
 from rlkit.registry import ESTIMATORS, POLICY_LOSSES, VALUE_LOSSES, Entry
 from rlkit.trainer.batch import TrainBatch
-
-LOSS_INPUTS: dict[str, str] = {
-    "ref_log_prob": "reference policy's log-probs (B, T); adds the reference forward",
-    "entropy": "current policy's entropy (B, T), with gradient",
-    "values": "critic values at rollout time (B, T); adds the critic",
-    "rollout_log_prob": "the rollout engine's log-probs (B, T)",
-    "returns": "the estimator's returns (B, T)",
-    "token_level_rewards": "rewards per token after the KL penalty (B, T)",
-    "policy_version": "version of the weights that sampled each token (B, T) long, -1 elsewhere",
-}
-"""Extra inputs a registered policy loss may declare with ``inputs=(...)``."""
-
-ESTIMATOR_INPUTS: dict[str, str] = {
-    "process_rewards": "the implicit process reward model's token rewards "
-    "beta * (log pi_prm - log pi_ref) (B, T); adds the PRM role (PrimeConfig) and the "
-    "reference forward",
-}
-"""Extra inputs a registered advantage estimator may declare with ``inputs=(...)``; it
-receives them as keyword tensors, like a loss its declared inputs."""
+from rlkit.trainer.data_contract import plan_roles, registered_inputs
 
 
 @dataclass(frozen=True)
 class Needs:
-    """What one training step must compute for an algorithm.
+    """What the actor and the rollout must compute for an algorithm (the other roles
+    follow from the inputs the pieces declare).
 
     Attributes:
-        values: a critic is built, trained and run before the advantages.
-        process_rewards: an implicit process reward model is built, run and trained
-            each step (PRIME); its token rewards reach the estimator.
-        ref_log_probs: the reference policy's forward (KL loss, KL in reward, a loss input).
         greedy_baseline: one greedy response per prompt is generated and scored (ReMax).
-        old_log_probs: the actor's no-grad forward before the update; ``False`` when
+        old_log_prob: the actor's no-grad forward before the update; ``False`` when
             the single update sees exactly the policy that generated, so
             ``sg(log pi_theta)`` stands in for pi_old.
         entropy: the actor's forward also returns the entropy (a loss term, a loss
             input, or the entropy metric of an on-policy step).
     """
 
-    values: bool
-    ref_log_probs: bool
     greedy_baseline: bool
-    old_log_probs: bool
+    old_log_prob: bool
     entropy: bool
-    process_rewards: bool = False
 
 
 class Algorithm:
@@ -85,7 +62,7 @@ class Algorithm:
 
     Raises:
         UnknownNameError: a name is not registered.
-        ValueError: the policy loss declares an input that does not exist.
+        DataContractError: a declared input that nothing in the run provides.
     """
 
     def __init__(self, config: Any) -> None:
@@ -97,18 +74,10 @@ class Algorithm:
         self.estimator: Entry = ESTIMATORS.entry(a.adv_estimator)
         self.policy_loss: Entry = POLICY_LOSSES.entry(a.policy_loss)
         self.value_loss: Entry = VALUE_LOSSES.entry(a.value_loss)
-        self.loss_inputs: tuple[str, ...] = tuple(self.policy_loss.extra.get("inputs", ()))
-        self.estimator_inputs: tuple[str, ...] = tuple(self.estimator.extra.get("inputs", ()))
-        for kind, name, declared, known in (
-            ("policy loss", a.policy_loss, self.loss_inputs, LOSS_INPUTS),
-            ("advantage estimator", a.adv_estimator, self.estimator_inputs, ESTIMATOR_INPUTS),
-        ):
-            unknown = [x for x in declared if x not in known]
-            if unknown:
-                raise ValueError(
-                    f"{kind} {name!r} declares unknown input(s) {unknown}; "
-                    f"available: {sorted(known)}"
-                )
+        self.loss_inputs = registered_inputs(self.policy_loss)
+        self.estimator_inputs = registered_inputs(self.estimator)
+        self.plan = plan_roles(config)
+        self.roles: tuple[str, ...] = self.plan.roles
         self.cliprange_value = o.cliprange_value
         self.norm_length = config.rollout.max_response_length
         self.kl_ctrl = algorithms.make_kl_controller(
@@ -122,33 +91,11 @@ class Algorithm:
             and not a.use_kl_in_reward
             and a.rollout_is_level is None
         )
-        process_rewards = "process_rewards" in self.estimator_inputs
         self.needs = Needs(
-            values=bool(self.estimator.extra.get("needs_values")) or "values" in self.loss_inputs,
-            ref_log_probs=a.use_kl_loss
-            or a.use_kl_in_reward
-            or "ref_log_prob" in self.loss_inputs
-            or process_rewards,
             greedy_baseline=bool(self.estimator.extra.get("needs_reward_baselines")),
-            old_log_probs=not on_policy,
+            old_log_prob=not on_policy,
             entropy=a.entropy_coeff != 0 or "entropy" in self.loss_inputs or on_policy,
-            process_rewards=process_rewards,
         )
-
-        self.roles = self._declared_roles(config)
-
-    def _declared_roles(self, config: Any) -> tuple[str, ...]:
-        """The roles a step runs (``rlkit.registry.ROLES``), in the order of their forward
-        passes: the actor; the reference policy, the critic and PRIME's implicit PRM where
-        :attr:`needs` asks for them; the reward model where one is configured; then
-        ``AlgorithmConfig.roles``."""
-        needs, names = self.needs, ["actor"]
-        names += ["reference"] if needs.ref_log_probs else []
-        names += ["critic"] if needs.values else []
-        names += ["implicit_prm"] if needs.process_rewards else []
-        names += ["reward_model"] if config.reward_model.path else []
-        extra = [r for r in config.algorithm.roles if r not in names]
-        return (*names, *extra)
 
     @property
     def name(self) -> str:
@@ -163,7 +110,7 @@ class Algorithm:
         metrics: dict[str, float] = {}
         rewards = batch.token_level_scores
         if a.use_kl_in_reward:
-            kl = algorithms.kl_penalty(batch.old_log_probs, batch.ref_log_probs, a.kl_penalty)
+            kl = algorithms.kl_penalty(batch.old_log_prob, batch.get("ref_log_prob"), a.kl_penalty)
             kl = kl * mask
             beta = self.kl_ctrl.value
             rewards = rewards - beta * kl
@@ -178,18 +125,18 @@ class Algorithm:
             rewards,
             mask,  # the loss mask: tokens a tool or user inserted are skipped as padding is
             index=batch.index,
-            values=batch.values,
+            values=batch.extras.get("values"),
             reward_baselines=batch.reward_baselines,
             gamma=a.gamma,
             lam=a.lam,
             norm_by_std=a.norm_adv_by_std_in_grpo,
-            **{name: getattr(batch, name) for name in self.estimator_inputs},
+            **{name: batch.get(name) for name in self.estimator_inputs},
             **a.estimator_options,
         )
         if a.rollout_is_level is not None:
             batch.rollout_is_weights, is_metrics = algorithms.rollout_is_weights(
-                batch.old_log_probs,
-                batch.rollout_log_probs,
+                batch.old_log_prob,
+                batch.rollout_log_prob,
                 mask,
                 level=a.rollout_is_level,
                 mode=a.rollout_is_mode,
@@ -197,8 +144,8 @@ class Algorithm:
                 threshold_low=a.rollout_is_threshold_low,
             )
             metrics |= {k: float(v) for k, v in is_metrics.items()}
-        if batch.old_log_probs is not None:  # on-policy updates report the mean themselves
-            diff = (batch.old_log_probs - batch.rollout_log_probs).abs() * mask
+        if batch.old_log_prob is not None:  # on-policy updates report the mean themselves
+            diff = (batch.old_log_prob - batch.rollout_log_prob).abs() * mask
             metrics["rollout/logprob_diff_max"] = diff.max().item() if mask.any() else 0.0
             metrics["rollout/logprob_abs_diff_mean"] = float(diff.sum() / mask.sum().clamp(min=1))
         return metrics
@@ -216,16 +163,16 @@ class Algorithm:
     def actor_loss(
         self,
         micro: TrainBatch,
-        log_prob: torch.Tensor,
-        entropy: torch.Tensor | None,
+        outputs: tuple[torch.Tensor, torch.Tensor | None],
         norms: dict[str, Any],
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, Any]]:
         """The actor's loss on one micro-batch.
 
         Args:
             micro: the micro-batch (advantages and declared inputs filled).
-            log_prob: (b, T') current log-probs, with gradient.
-            entropy: (b, T') current entropy with gradient, or ``None`` if not needed.
+            outputs: the policy forward's ``(log_prob, entropy)``: (b, T') current
+                log-probs with gradient, and the entropy with gradient (``None`` when
+                not needed).
             norms: :meth:`normalisers` of the mini-batch.
 
         Returns:
@@ -235,10 +182,11 @@ class Algorithm:
             parts: token-mean metrics of this micro-batch.
         """
         a = self.cfg
+        log_prob, entropy = outputs
         mask = micro.loss_mask
-        on_policy = not self.needs.old_log_probs
+        on_policy = not self.needs.old_log_prob
         # Exactly on-policy, the old policy is the current one: pi_old = sg(pi_theta).
-        old_log_prob = log_prob.detach() if on_policy else micro.old_log_probs
+        old_log_prob = log_prob.detach() if on_policy else micro.old_log_prob
         pg_loss, pg_metrics = self.policy_loss.fn(
             old_log_prob,
             log_prob,
@@ -251,7 +199,7 @@ class Algorithm:
             clip_ratio_c=a.clip_ratio_c,
             rollout_is_weights=micro.rollout_is_weights,
             **norms,
-            **self._declared_inputs(micro, entropy),
+            **{n: entropy if n == "entropy" else micro.get(n) for n in self.loss_inputs},
             **a.loss_options,
         )
         loss = pg_loss
@@ -259,32 +207,18 @@ class Algorithm:
         tokens = mask.sum().clamp(min=1)
         if on_policy:  # metrics the skipped old-log-prob pass would have given
             parts["actor/entropy"] = (entropy.detach() * mask).sum() / tokens
-            diff = (log_prob.detach() - micro.rollout_log_probs).abs() * mask
+            diff = (log_prob.detach() - micro.rollout_log_prob).abs() * mask
             parts["rollout/logprob_abs_diff_mean"] = diff.sum() / tokens
         if a.entropy_coeff != 0:
             ent = algorithms.aggregate_loss(entropy, mask, a.loss_agg_mode, **norms)
             loss = loss - a.entropy_coeff * ent
         if a.use_kl_loss:
-            kl = algorithms.kl_penalty(log_prob, micro.ref_log_probs, a.kl_loss_type)
+            kl = algorithms.kl_penalty(log_prob, micro.get("ref_log_prob"), a.kl_loss_type)
             loss = loss + a.kl_loss_coef * algorithms.aggregate_loss(
                 kl, mask, a.loss_agg_mode, **norms
             )
             parts["actor/kl_loss"] = (kl * mask).sum() / tokens
         return loss, {"actor/pg_loss": pg_loss.detach(), "actor/loss": loss.detach()}, parts
-
-    def _declared_inputs(
-        self, micro: TrainBatch, entropy: torch.Tensor | None
-    ) -> dict[str, torch.Tensor]:
-        fields = {
-            "ref_log_prob": micro.ref_log_probs,
-            "entropy": entropy,
-            "values": micro.values,
-            "rollout_log_prob": micro.rollout_log_probs,
-            "returns": micro.returns,
-            "token_level_rewards": micro.token_level_rewards,
-            "policy_version": micro.policy_version,
-        }
-        return {name: fields[name] for name in self.loss_inputs}
 
     def critic_loss(
         self, micro: TrainBatch, vpreds: torch.Tensor, norms: dict[str, Any]
@@ -293,7 +227,7 @@ class Algorithm:
         loss, vf_metrics = self.value_loss.fn(
             vpreds,
             micro.returns,
-            micro.values,
+            micro.get("values"),
             micro.loss_mask,
             cliprange_value=self.cliprange_value,
             loss_agg_mode=self.cfg.loss_agg_mode,

@@ -62,12 +62,6 @@ from rlkit.trainer.fsdp_cpu_shim import enable_fsdp_on_cpu, has_accelerator
 
 STRATEGIES = ("auto", "fsdp2", "none")
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
-_REDUCE_OPS = {
-    "sum": dist.ReduceOp.SUM,
-    "mean": dist.ReduceOp.SUM,  # divided afterwards: gloo has no AVG
-    "max": dist.ReduceOp.MAX,
-    "min": dist.ReduceOp.MIN,
-}
 #: Environment of a one-process torchrun launch; see `_single_process_launch_env`.
 LAUNCH_VARS = (
     "MASTER_ADDR",
@@ -194,7 +188,7 @@ class TrainingBackend:
             ``checkpoint_wrapper`` on the layers; plain: Hugging Face gradient checkpointing.
         seed: if given, seeds Python, NumPy and torch identically on every process.
         sequence_parallel_size: ``k`` processes split each sequence (Ulysses,
-            :mod:`rlkit.trainer.ulysses`); FSDP2 still shards over all processes.
+            :mod:`rlkit.modeling.ulysses`); FSDP2 still shards over all processes.
 
     Attributes:
         accelerator: the underlying ``accelerate.Accelerator``.
@@ -369,28 +363,6 @@ class TrainingBackend:
         return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
     # ------------------------------------------------------------ collectives
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        """Reduce a tensor over processes.
-
-        Args:
-            tensor: any shape; left unchanged.
-            op: ``"sum"``, ``"max"``, ``"min"`` or ``"mean"`` (the sum divided by
-                ``num_processes``, so integer tensors come back as floats).
-
-        Returns:
-            The reduced tensor (same shape and device as ``tensor``). With one process the
-            input itself is returned.
-        """
-        if op not in _REDUCE_OPS:
-            raise ValueError(f"unknown reduce op {op!r}; choose one of {tuple(_REDUCE_OPS)}")
-        if self.num_processes == 1:
-            return tensor
-        reduced = tensor.detach().to(self.device, copy=True)
-        dist.all_reduce(reduced, op=_REDUCE_OPS[op])
-        if op == "mean":
-            reduced = reduced / self.num_processes
-        return reduced.to(tensor.device)
-
     def barrier(self) -> None:
         """Wait until every process reaches this point."""
         self.accelerator.wait_for_everyone()

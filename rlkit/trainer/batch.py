@@ -6,6 +6,13 @@ Each field of :class:`TrainBatch` declares its layout (``sequence`` (B, P + T),
 ``token`` (B, T), ``row`` (B,) or ``object``, a Python list of B values), so
 selecting rows and trimming padding columns never guess from a tensor's shape.
 
+Beside its fields a batch carries **extras**: tensors by name that the run's roles provide
+(the reference policy's ``ref_log_prob``, the critic's ``values``, a user role's own), each
+``(B, T, ...)`` aligned with the responses or ``(B,)`` per response. They follow the rows
+wherever the fields do (:meth:`TrainBatch.select`, :meth:`TrainBatch.trimmed`, the
+processes' shares, micro-batches), so a loss that declares one receives its micro-batch's
+slice without the batch knowing what it is.
+
 Two masks, on purpose: ``attention_mask`` covers every real token (the model reads
 tool outputs too), ``loss_mask`` only the tokens the policy sampled (what the
 estimators receive as ``response_mask`` and every loss is averaged over). Rows added
@@ -45,7 +52,7 @@ class TrainBatch:
         position_ids: (B, P+T) long; positions of real tokens, starting at 0 per row.
         responses: (B, T) long; the response part of ``input_ids``.
         loss_mask: (B, T) float 0/1; 1 = token sampled by the policy (trained on).
-        rollout_log_probs: (B, T) float32; the engine's log-probs, 0 where ``loss_mask`` is 0.
+        rollout_log_prob: (B, T) float32; the engine's log-probs, 0 where ``loss_mask`` is 0.
         policy_version: (B, T) long; weights version that sampled each token, -1 elsewhere.
         token_level_scores: (B, T) float32; the outcome score on the last sampled token,
             plus any per-token environment rewards.
@@ -59,14 +66,13 @@ class TrainBatch:
 
     Written by the step's phases (``None`` until then), all (B, T) float32 unless noted:
         reward_baselines: (B,) the greedy response's score (ReMax).
-        old_log_probs, ref_log_probs, values: forwards of the actor, reference, critic.
-        entropy: the actor's entropy at the rollout (logged, or a loss's extra input).
+        old_log_prob: the actor's log-probs before the update (pi_old).
+        entropy: the actor's entropy at the rollout (logged).
         token_level_rewards: scores minus the KL penalty in the reward.
         advantages, returns: the estimator's outputs.
         rollout_is_weights: rollout importance-sampling weights.
-        process_rewards: the implicit process reward model's token rewards (PRIME).
-        prm_ref_log_probs: the PRM's reference log-probs (PRIME).
-        prm_opponent_q: (B,) PRIME's detached DPO opponents (``PrimeConfig.loss_type="dpo"``).
+        extras: what the roles provide, by name (``Role.provides``): ``(B, T, ...)``
+            tensors aligned with the responses, or ``(B,)`` tensors per response.
     """
 
     input_ids: torch.Tensor = _field(SEQUENCE)
@@ -74,7 +80,7 @@ class TrainBatch:
     position_ids: torch.Tensor = _field(SEQUENCE)
     responses: torch.Tensor = _field(TOKEN)
     loss_mask: torch.Tensor = _field(TOKEN)
-    rollout_log_probs: torch.Tensor = _field(TOKEN)
+    rollout_log_prob: torch.Tensor = _field(TOKEN)
     policy_version: torch.Tensor = _field(TOKEN)
     token_level_scores: torch.Tensor = _field(TOKEN)
     prompt_lengths: torch.Tensor = _field(ROW)
@@ -86,28 +92,35 @@ class TrainBatch:
     multimodal_inputs: list[Mapping[str, torch.Tensor] | None] = _field(OBJECT)
     prompt_width: int = field(default=0)
     reward_baselines: torch.Tensor | None = _field(ROW, default=None)
-    old_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
-    ref_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
-    values: torch.Tensor | None = _field(TOKEN, default=None)
+    old_log_prob: torch.Tensor | None = _field(TOKEN, default=None)
     entropy: torch.Tensor | None = _field(TOKEN, default=None)
     token_level_rewards: torch.Tensor | None = _field(TOKEN, default=None)
     advantages: torch.Tensor | None = _field(TOKEN, default=None)
     returns: torch.Tensor | None = _field(TOKEN, default=None)
     rollout_is_weights: torch.Tensor | None = _field(TOKEN, default=None)
-    process_rewards: torch.Tensor | None = _field(TOKEN, default=None)
-    prm_ref_log_probs: torch.Tensor | None = _field(TOKEN, default=None)
-    prm_opponent_q: torch.Tensor | None = _field(ROW, default=None)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.responses.shape[0])
 
+    def get(self, name: str) -> Any:
+        """The tensor called ``name``: an extra, else the field of that name (``None`` if
+        unset). Inputs declared by losses, estimators and roles are read through this."""
+        if name in self.extras:
+            return self.extras[name]
+        if name in _ROW_ALIGNED:
+            return getattr(self, name)
+        raise KeyError(f"the batch has no tensor {name!r}")
+
     def _map(self, fn: Any) -> TrainBatch:
-        """A copy with ``fn(layout, value)`` applied to every set row-aligned field."""
-        changes = {}
-        for f in dataclasses.fields(self):
-            layout, value = f.metadata.get("layout"), getattr(self, f.name)
-            if layout is not None and value is not None:
-                changes[f.name] = fn(layout, value)
+        """A copy with ``fn(layout, value)`` applied to every set row-aligned field and
+        extra."""
+        changes: dict[str, Any] = {}
+        for name, layout in _ROW_ALIGNED.items():
+            value = getattr(self, name)
+            if value is not None:
+                changes[name] = fn(layout, value)
+        changes["extras"] = {k: fn(extra_layout(v), v) for k, v in self.extras.items()}
         return dataclasses.replace(self, **changes)
 
     def select(self, rows: torch.Tensor | Sequence[int]) -> TrainBatch:
@@ -166,6 +179,28 @@ class TrainBatch:
         return inputs
 
 
+_ROW_ALIGNED: dict[str, str] = {
+    f.name: f.metadata["layout"] for f in dataclasses.fields(TrainBatch) if "layout" in f.metadata
+}
+"""Each row-aligned field of :class:`TrainBatch` and its layout."""
+
+
+def extra_layout(value: torch.Tensor) -> str:
+    """An extra's layout: ``row`` for a (B,) tensor, else ``token`` (B, T, ...)."""
+    return ROW if value.dim() == 1 else TOKEN
+
+
+def extra_problem(name: str, value: Any, rows: int, width: int) -> str | None:
+    """Why ``value`` cannot be the extra ``name`` of a batch of ``rows`` rows and
+    ``width`` response columns, or ``None``."""
+    if not isinstance(value, torch.Tensor):
+        return f"batch.extras[{name!r}] is a {type(value).__name__}, not a torch.Tensor"
+    shape, want = tuple(value.shape), f"({rows}, {width}) per token or ({rows},) per response"
+    if value.dim() == 0 or shape[0] != rows or (value.dim() > 1 and shape[1] != width):
+        return f"batch.extras[{name!r}] has shape {shape}; expected {want}"
+    return None
+
+
 def _right_padded(rows: Sequence[Sequence[Any]], width: int, pad: Any, dtype: torch.dtype):
     # Padded as Python lists, then one tensor: a per-row torch.tensor costs more than
     # the rest of build_batch at a few hundred rows.
@@ -207,7 +242,7 @@ def _check_values(trajectories: Sequence[Trajectory], real: torch.Tensor, b: Tra
     """The checks of :meth:`Trajectory.validate` on the padded tensors at once (a Python
     loop over every token costs more than building the batch); a bad row then raises
     its own message."""
-    mask, lp, version = b.loss_mask, b.rollout_log_probs, b.policy_version
+    mask, lp, version = b.loss_mask, b.rollout_log_prob, b.policy_version
     generated, inserted = mask == 1, (mask == 0) & real.bool()
     bad = (
         ((mask != 0) & ~generated)
@@ -279,7 +314,7 @@ def build_batch(
         position_ids=(attention_mask.cumsum(dim=1) - 1).clamp(min=0),
         responses=responses,
         loss_mask=loss_mask,
-        rollout_log_probs=_right_padded(
+        rollout_log_prob=_right_padded(
             [t.rollout_log_probs for t in trajectories], response_width, 0.0, torch.float32
         ),
         policy_version=_right_padded(
@@ -327,12 +362,12 @@ def pad_rows_to_multiple(batch: TrainBatch, multiple: int) -> TrainBatch:
 
 
 def _concat(first: TrainBatch, second: TrainBatch) -> TrainBatch:
-    changes = {}
-    for f in dataclasses.fields(first):
-        layout, a, b = f.metadata.get("layout"), getattr(first, f.name), getattr(second, f.name)
-        if layout is None or a is None:
-            continue
-        changes[f.name] = a + b if layout == OBJECT else torch.cat([a, b])
+    changes: dict[str, Any] = {}
+    for name, layout in _ROW_ALIGNED.items():
+        a, b = getattr(first, name), getattr(second, name)
+        if a is not None:
+            changes[name] = a + b if layout == OBJECT else torch.cat([a, b])
+    changes["extras"] = {k: torch.cat([v, second.extras[k]]) for k, v in first.extras.items()}
     return dataclasses.replace(first, **changes)
 
 

@@ -35,8 +35,8 @@ def data_metrics(
     out |= _stats("critic/rewards", (batch.token_level_rewards * mask).sum(dim=1)[valid_rows])
     out |= _stats("critic/advantages", batch.advantages[mask])
     out |= _stats("critic/returns", batch.returns[mask])
-    if batch.values is not None:
-        values, returns = batch.values[mask], batch.returns[mask]
+    if "values" in batch.extras:
+        values, returns = batch.extras["values"][mask], batch.returns[mask]
         out |= _stats("critic/values", values)
         if values.numel() > 1:
             explained = 1 - torch.var(returns - values) / (torch.var(returns) + 1e-5)

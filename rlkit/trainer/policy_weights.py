@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from rlkit.trainer.modules import ActorModule
+from rlkit.modeling.modules import ActorModule
 
 
 def _hf_name(key: str) -> str:

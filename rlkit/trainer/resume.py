@@ -4,6 +4,8 @@ resumes from one, and the step record a stopped run may not have logged."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,36 +50,57 @@ def resume_path(mode: str, checkpoints: Any) -> Path | None:
     return checkpoints.latest_intact("fallback") if mode == "auto" else Path(mode)
 
 
-def save(trainer: Any, record: dict[str, float] | None) -> Path:
-    """Checkpoint ``trainer`` at its current step: every role's modules and state, the
-    prompt sampler, the KL controller, every RNG; ``record``: the step's metrics."""
+@dataclass(frozen=True)
+class Checkpointed:
+    """What a checkpoint holds beside its step and record.
+
+    Attributes:
+        checkpoints: the run's :class:`~rlkit.trainer.checkpoint.CheckpointManager`.
+        roles: every role by name (modules, optimizers, own state).
+        sampler: the prompt sampler, restored in place.
+        sampler_state: the sampler's state to save (prompts drawn for batches generated
+            ahead and not yet trained on are drawn again after a resume).
+        kl_ctrl: the adaptive KL controller.
+        weights: the policy weights whose version counts optimizer steps.
+        platform: the device platform (its RNG streams).
+    """
+
+    checkpoints: Any
+    roles: dict[str, Any]
+    sampler: Any
+    sampler_state: Callable[[], dict[str, Any]]
+    kl_ctrl: Any
+    weights: Any
+    platform: Any
+
+
+def save(parts: Checkpointed, step: int, record: dict[str, float] | None) -> Path:
+    """Checkpoint the run at ``step``: every role's modules and state, the prompt sampler,
+    the KL controller, every RNG; ``record``: the step's metrics."""
     state = {
         "record": None if record is None else dict(record),
-        "step": trainer.step_count,
-        "sampler": trainer.rollout.sampler_state(),
-        "kl_ctrl": trainer.algorithm.kl_ctrl.state_dict(),
-        "roles": {name: role.state_dict() for name, role in trainer.roles.items()},
+        "step": step,
+        "sampler": parts.sampler_state(),
+        "kl_ctrl": parts.kl_ctrl.state_dict(),
+        "roles": {name: role.state_dict() for name, role in parts.roles.items()},
     }
-    return trainer.checkpoints.save(
-        trainer.step_count,
-        modules(trainer.roles),
-        state,
-        capture_rng_state(trainer.platform),
+    return parts.checkpoints.save(
+        step, modules(parts.roles), state, capture_rng_state(parts.platform)
     )
 
 
-def restore(trainer: Any, path: Path) -> dict[str, float] | None:
-    """Load checkpoint ``path`` into ``trainer``; returns the step record saved with it."""
-    state, rng = trainer.checkpoints.load(path, modules(trainer.roles))
-    trainer.step_count = state["step"]
-    trainer.sampler.load_state_dict(state["sampler"])
-    trainer.algorithm.kl_ctrl.load_state_dict(state["kl_ctrl"])
-    for name, role in trainer.roles.items():
+def restore(parts: Checkpointed, path: Path) -> tuple[int, dict[str, float] | None]:
+    """Load checkpoint ``path`` into ``parts``; returns its step and the step record saved
+    with it."""
+    state, rng = parts.checkpoints.load(path, modules(parts.roles))
+    parts.sampler.load_state_dict(state["sampler"])
+    parts.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    for name, role in parts.roles.items():
         role.load_state_dict(state["roles"].get(name, {}))
     for _ in range(state["step"]):
-        trainer.weights.bump()
-    restore_rng_state(rng, trainer.platform)
-    return state.get("record")
+        parts.weights.bump()
+    restore_rng_state(rng, parts.platform)
+    return state["step"], state.get("record")
 
 
 def modules(roles: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

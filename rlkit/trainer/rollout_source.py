@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rlkit.distributed import collectives as comm
@@ -42,11 +43,11 @@ def no_update_error(config: Any) -> NoUpdateError:
     )
 
 
-class RolloutSource:
-    """Scored rollouts of the training prompts, with DAPO's dynamic sampling and ReMax's
-    greedy baselines where the algorithm asks for them.
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What a :class:`RolloutSource` generates and scores with.
 
-    Args:
+    Attributes:
         config: the :class:`~rlkit.trainer.config.ExperimentConfig`.
         engine: the rollout engine (``rlkit.registry.ROLLOUT_ENGINES``).
         agent_loop, agent: the agent loop and its configuration.
@@ -63,31 +64,42 @@ class RolloutSource:
             a weight sync then waits for the calls running, not for whole rounds).
     """
 
-    def __init__(
-        self,
-        config: Any,
-        engine: Any,
-        agent_loop: Callable[..., Any],
-        agent: Any,
-        tokenizer: Any,
-        weights: Any,
-        prompts: PromptSet,
-        sampler: PromptSampler,
-        scorers: list[Any],
-        needs: Any,
-        report: Callable[[str], None],
-        world: tuple[int, int],
-        concurrent_prompts: int = 0,
-    ) -> None:
-        self.cfg, self.engine, self.agent_loop, self.agent = config, engine, agent_loop, agent
-        self.tokenizer, self.weights, self.prompts, self.sampler = (
-            tokenizer,
-            weights,
-            prompts,
-            sampler,
+    config: Any
+    engine: Any
+    agent_loop: Callable[..., Any]
+    agent: Any
+    tokenizer: Any
+    weights: Any
+    prompts: PromptSet
+    sampler: PromptSampler
+    scorers: list[Any]
+    needs: Any
+    report: Callable[[str], None]
+    world: tuple[int, int]
+    concurrent_prompts: int = 0
+
+
+class RolloutSource:
+    """Scored rollouts of the training prompts, with DAPO's dynamic sampling and ReMax's
+    greedy baselines where the algorithm asks for them (:class:`RolloutSettings`)."""
+
+    def __init__(self, settings: RolloutSettings) -> None:
+        s = settings
+        self.cfg, self.engine, self.agent_loop, self.agent = (
+            s.config,
+            s.engine,
+            s.agent_loop,
+            s.agent,
         )
-        self.scorers, self.needs, self.report = scorers, needs, report
-        self.rank, self.world = world
+        self.tokenizer, self.weights, self.prompts, self.sampler = (
+            s.tokenizer,
+            s.weights,
+            s.prompts,
+            s.sampler,
+        )
+        self.scorers, self.needs, self.report = s.scorers, s.needs, s.report
+        self.rank, self.world = s.world
+        weights, concurrent_prompts = s.weights, s.concurrent_prompts
         self.step = 0  # the step being generated for (messages)
         self.gauges: dict[str, float] = {}
         """The engine's server states after the main process's latest rollout."""

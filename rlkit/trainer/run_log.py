@@ -12,20 +12,19 @@ from rlkit.models.attention_features import attention_features
 from rlkit.trainer import run_dir
 
 
-def open_logger(trainer: Any) -> Any:
+def open_logger(cfg: Any, out_dir: Path, step: int, resumed_step: int | None) -> Any:
     """Write the run's configuration files and open its
-    :class:`~rlkit.logging.MetricsLogger` (main process)."""
+    :class:`~rlkit.logging.MetricsLogger` (main process) at ``step``; ``resumed_step``:
+    the checkpoint's step of a resumed run, else ``None``."""
     from rlkit.logging import MetricsLogger
 
-    cfg = trainer.cfg
-    resumed_step = None if trainer.resumed_from is None else trainer.step_count
-    run_dir.write_configs(trainer.out_dir, gin.config_str(), cfg, resumed_step)
+    run_dir.write_configs(out_dir, gin.config_str(), cfg, resumed_step)
     return MetricsLogger(
-        trainer.out_dir,
+        out_dir,
         total_steps=cfg.trainer.total_steps,
         tensorboard=cfg.trainer.tensorboard,
         progress_bar=cfg.trainer.progress_bar,
-        start_step=trainer.step_count,
+        start_step=step,
         # Resumed: steps after the checkpoint are logged again; a new run (in auto mode,
         # over an attempt that saved no checkpoint) starts the file over.
         keep_through_step=-1 if resumed_step is None else resumed_step,
@@ -36,28 +35,39 @@ def open_logger(trainer: Any) -> Any:
     )
 
 
-def startup_lines(trainer: Any) -> list[str]:
+def startup_lines(
+    cfg: Any,
+    *,
+    platform: str,
+    world: int,
+    algorithm: Any,
+    kernels: dict[str, str],
+    resumed_from: str | None,
+    model_config: Any,
+    sequence_parallel: Any,
+    host_memory_note: str | None,
+    resume_changes: list[str],
+) -> list[str]:
     """What the run is (platform, processes, estimator, loss, engine, kernels), what the
     model's features change, and what differs from the run being resumed."""
-    cfg, algorithm = trainer.cfg, trainer.algorithm
     lines = [
-        f"rlkit: platform={trainer.platform.name} processes={trainer.world} "
+        f"rlkit: platform={platform} processes={world} "
         f"estimator={algorithm.estimator.name} loss={algorithm.policy_loss.name} "
-        f"engine={cfg.rollout.engine} kernels={trainer.kernel_choices}"
-        + (f" resumed_from={trainer.resumed_from}" if trainer.resumed_from else "")
+        f"engine={cfg.rollout.engine} kernels={kernels}"
+        + (f" resumed_from={resumed_from}" if resumed_from else "")
     ]
-    lines += attention_features(trainer.roles["actor"].backbone.config).notes()
-    sp = trainer.backend.sequence_parallel
+    lines += attention_features(model_config).notes()
+    sp = sequence_parallel
     if sp.enabled:
         lines.append(
             f"ModelConfig.ulysses_sequence_parallel_size: {sp.size} processes split each "
             f"packed micro-batch ({sp.dp_size} data-parallel group(s)); attention is "
             f"grouped_sdpa; share_prompt_prefix is off for the split passes"
         )
-    if trainer.host_memory_note:
-        lines.append(f"TrainerConfig.keep_freed_host_memory: {trainer.host_memory_note}")
-    if trainer.resume_changes:
-        lines.append("changed since the run started: " + "; ".join(trainer.resume_changes))
+    if host_memory_note:
+        lines.append(f"TrainerConfig.keep_freed_host_memory: {host_memory_note}")
+    if resume_changes:
+        lines.append("changed since the run started: " + "; ".join(resume_changes))
     return lines
 
 

@@ -37,12 +37,13 @@ from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
 from rlkit.trainer.config import ExperimentConfig, async_depth
+from rlkit.trainer.data_contract import check_provided
 from rlkit.trainer.frozen_heap import frozen_heap
 from rlkit.trainer.logprob_guard import LogProbGuard, lowest_precision
 from rlkit.trainer.prompts import PromptSampler
 from rlkit.trainer.roles import Role, RoleContext
 from rlkit.trainer.rollout_ahead import RolloutAhead
-from rlkit.trainer.rollout_source import RolloutSource, no_update_error
+from rlkit.trainer.rollout_source import RolloutSettings, RolloutSource, no_update_error
 from rlkit.trainer.step_metrics import batch_metrics
 from rlkit.trainer.timing import PhaseTimer
 from rlkit.trainer.updater import Updater
@@ -101,20 +102,23 @@ class RLTrainer:
             **cfg.rollout.engine_options,
         )
         self.rollout = RolloutSource(
-            cfg,
-            self.engine,
-            AGENT_LOOPS.get(cfg.rollout.agent_loop),
-            self.agent,
-            self.tokenizer,
-            self.weights,
-            self.train_prompts,
-            self.sampler,
-            [role for role in self.roles.values() if type(role).score is not Role.score],
-            self.algorithm.needs,
-            self._print,
-            (self.rank, self.world),
-            # async: each prompt its own call, so a sync waits for calls, not whole steps
-            concurrent_prompts=cfg.data.train_batch_size * (cfg.trainer.rollout_mode == "async"),
+            RolloutSettings(
+                config=cfg,
+                engine=self.engine,
+                agent_loop=AGENT_LOOPS.get(cfg.rollout.agent_loop),
+                agent=self.agent,
+                tokenizer=self.tokenizer,
+                weights=self.weights,
+                prompts=self.train_prompts,
+                sampler=self.sampler,
+                scorers=[r for r in self.roles.values() if type(r).score is not Role.score],
+                needs=self.algorithm.needs,
+                report=self._print,
+                world=(self.rank, self.world),
+                # async: each prompt its own call, so a sync waits for calls, not steps
+                concurrent_prompts=cfg.data.train_batch_size
+                * (cfg.trainer.rollout_mode == "async"),
+            )
         )
         self.rollout.num_skipped_rows = self.num_skipped_rows.get("train", 0)
         if cfg.trainer.rollout_mode == "one_step_off":
@@ -228,13 +232,26 @@ class RLTrainer:
         path = resume.resume_path(self.cfg.trainer.resume_mode, self.checkpoints)
         if path is None:
             return None
-        self.checkpoint_record = resume.restore(self, path)
+        self.step_count, self.checkpoint_record = resume.restore(self._checkpointed(), path)
         self.rollout.sync_weights()  # an external engine has the initial weights
         return str(path)
 
     def _open_logger(self) -> None:
-        self.logger = run_log.open_logger(self)
-        for line in run_log.startup_lines(self):
+        resumed_step = None if self.resumed_from is None else self.step_count
+        self.logger = run_log.open_logger(self.cfg, self.out_dir, self.step_count, resumed_step)
+        lines = run_log.startup_lines(
+            self.cfg,
+            platform=self.platform.name,
+            world=self.world,
+            algorithm=self.algorithm,
+            kernels=self.kernel_choices,
+            resumed_from=self.resumed_from,
+            model_config=self.roles["actor"].backbone.config,
+            sequence_parallel=self.backend.sequence_parallel,
+            host_memory_note=self.host_memory_note,
+            resume_changes=self.resume_changes,
+        )
+        for line in lines:
             self._print(line)
         if self.resumed_from and resume.unlogged(
             self.out_dir, self.step_count, self.checkpoint_record
@@ -333,6 +350,7 @@ class RLTrainer:
                 if role.forward_needed():
                     with timer(phase):
                         metrics |= role.forward(batch)
+                    check_provided(name, type(role), batch, self.algorithm.plan)
             with timer("adv"):
                 metrics |= self.algorithm.compute_advantages(batch)
             for name, role in sorted(
@@ -365,7 +383,18 @@ class RLTrainer:
     def save_checkpoint(self, record: dict[str, float] | None = None) -> Path:
         """Checkpoint the run at its current step; ``record``: that step's metrics, logged
         on resume if the run stopped before logging them."""
-        return resume.save(self, record)
+        return resume.save(self._checkpointed(), self.step_count, record)
+
+    def _checkpointed(self) -> resume.Checkpointed:
+        return resume.Checkpointed(
+            checkpoints=self.checkpoints,
+            roles=self.roles,
+            sampler=self.sampler,
+            sampler_state=self.rollout.sampler_state,
+            kl_ctrl=self.algorithm.kl_ctrl,
+            weights=self.weights,
+            platform=self.platform,
+        )
 
     def _log(self, metrics: dict[str, float], step: int) -> None:
         if self.logger is not None:

@@ -23,18 +23,32 @@ import numpy as np
 import torch
 
 from rlkit.distributed import collectives as comm
+from rlkit.modeling.prefix_sharing import prompt_groups
 from rlkit.trainer.balancing import balanced_partitions, contiguous_partitions
 from rlkit.trainer.batch import TrainBatch, pad_rows_to_multiple
 from rlkit.trainer.metrics import WeightedMeans
-from rlkit.trainer.prefix_sharing import (
-    grouped_row_split,
-    grouped_token_split,
-    prompt_groups,
-    whole_group_shares,
-)
+from rlkit.trainer.prompt_groups import grouped_row_split, grouped_token_split, whole_group_shares
 
-LossFn = Callable[[TrainBatch, dict[str, Any]], tuple[torch.Tensor, dict, dict]]
-"""``(micro_batch, normalisers) -> (loss, additive, parts)`` (see :meth:`Updater.optimize`)."""
+ForwardFn = Callable[[Any, TrainBatch], Any]
+"""``(module, micro_batch) -> outputs``: a module's pass over a micro-batch, with gradient."""
+
+LossFn = Callable[[TrainBatch, Any, dict[str, Any]], tuple[torch.Tensor, dict, dict]]
+"""``(micro_batch, outputs, normalisers) -> (loss, additive, parts)`` (see
+:meth:`Updater.optimize`)."""
+
+
+def policy_forward(temperature: float, entropy: bool) -> ForwardFn:
+    """A policy module's ``(log_prob, entropy or None)`` of a micro-batch's responses."""
+
+    def forward(module: Any, micro: TrainBatch) -> Any:
+        return module(micro.model_inputs(), micro.prompt_width, temperature, entropy)
+
+    return forward
+
+
+def value_forward(module: Any, micro: TrainBatch) -> torch.Tensor:
+    """A critic module's (b, T') values of a micro-batch's responses."""
+    return module(micro.model_inputs(), micro.prompt_width)
 
 
 class Updater:
@@ -52,7 +66,7 @@ class Updater:
     ) -> None:
         self.cfg, self.backend, self.algorithm, self.report = config, backend, algorithm, report
         # Rows are shared out among data-parallel groups; the k processes of a Ulysses
-        # group (rlkit/trainer/ulysses.py) hold the same rows and split each sequence.
+        # group (rlkit/modeling/ulysses.py) hold the same rows and split each sequence.
         self.sp = backend.sequence_parallel
         self.rank, self.world = self.sp.dp_rank, self.sp.dp_size
 
@@ -136,15 +150,11 @@ class Updater:
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """A policy module's (B, T) log-probs of the responses at the rollout temperature,
         and with ``entropy`` the (B, T) entropy too."""
-        temp = self.cfg.rollout.temperature
+        forward = policy_forward(self.cfg.rollout.temperature, entropy)
         if not entropy:
-            return self.forward_rows(
-                module, batch, lambda m, mb: m(mb.model_inputs(), mb.prompt_width, temp, False)[0]
-            )
+            return self.forward_rows(module, batch, lambda m, mb: forward(m, mb)[0])
         pair = self.forward_rows(
-            module,
-            batch,
-            lambda m, mb: torch.stack(m(mb.model_inputs(), mb.prompt_width, temp, True), dim=-1),
+            module, batch, lambda m, mb: torch.stack(forward(m, mb), dim=-1)
         )  # (B, T, 2)
         return pair[..., 0].contiguous(), pair[..., 1].contiguous()
 
@@ -171,15 +181,17 @@ class Updater:
         optimizer: Any,
         scheduler: Any,
         minibatches: list[TrainBatch],
+        forward: ForwardFn,
         loss_fn: LossFn,
         step: int,
     ) -> tuple[dict[str, float], int]:
         """One optimizer step per mini-batch, its gradient accumulated over micro-batches.
 
-        ``loss_fn(micro, norms) -> (loss, additive, parts)``: ``loss`` is normalised by the
-        global mini-batch (so micro-batch terms of all processes add up to the mini-batch
-        loss), ``additive`` holds such summable values (reported as their mini-batch
-        total, averaged over mini-batches), ``parts`` token-mean metrics.
+        ``forward(module, micro)`` gives the outputs of each micro-batch, with gradient;
+        ``loss_fn(micro, outputs, norms) -> (loss, additive, parts)``: ``loss`` is
+        normalised by the global mini-batch (so micro-batch terms of all processes add up
+        to the mini-batch loss), ``additive`` holds such summable values (reported as
+        their mini-batch total, averaged over mini-batches), ``parts`` token-mean metrics.
 
         Returns:
             (``{prefix}/*`` metrics, number of optimizer steps applied).
@@ -191,7 +203,7 @@ class Updater:
             finite, sums = True, {}
             for rows in self.micro_batches(local):
                 micro = self.micro_batch(local, rows)
-                loss, additive, parts = loss_fn(micro, norms)
+                loss, additive, parts = loss_fn(micro, forward(module, micro), norms)
                 finite &= bool(torch.isfinite(loss))
                 if finite:
                     # FSDP averages gradients over all processes (module docs of backend.py

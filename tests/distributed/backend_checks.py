@@ -29,9 +29,10 @@ from tiny_actor import TinyActor, global_batch, global_loss_of_slice
 from torch.distributed.tensor import DTensor, Shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rlkit.distributed.collectives import all_reduce
 from rlkit.distributed.process_exit import exit_process
 from rlkit.kernels.attention import grouped_sdpa_attention, set_attention_implementation
-from rlkit.rollout.kv_decode import decode
+from rlkit.rollout.embedded.kv_decode import decode
 from rlkit.trainer.backend import TrainingBackend
 
 RESUME_STEPS = 2  # k: the resume check runs k + k vs 2k steps
@@ -46,7 +47,7 @@ def sharding_facts(backend: TrainingBackend, model: torch.nn.Module) -> dict:
     dtensors = [p for p in params if isinstance(p, DTensor)]
     local = sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in params)
     full = sum(p.numel() for p in params)  # a DTensor reports its global size
-    local_sum = backend.all_reduce(torch.tensor(local), "sum").item()
+    local_sum = all_reduce(torch.tensor(local), "sum").item()
     mesh_sizes = sorted({p.device_mesh.size() for p in dtensors})
     return {
         "num_params": len(params),
@@ -149,7 +150,7 @@ def sgd_step(backend, actor, optimizer, batch, rows) -> dict:
     optimizer.zero_grad()
     return {
         "sharding": sharding_facts(backend, actor),
-        "loss_global": backend.all_reduce(loss.detach(), "mean").item(),
+        "loss_global": all_reduce(loss.detach().clone(), "mean").item(),
         "grad_norm": norm.item(),
         "grads": grads,
         "state": backend.full_state_dict(actor),
@@ -288,7 +289,7 @@ def main() -> None:
         "distributed_type": str(backend.accelerator.distributed_type),
         "device": str(backend.device),
         "all_reduce": {
-            op: backend.all_reduce(torch.tensor([backend.process_index + 1.0, 3.0]), op).tolist()
+            op: all_reduce(torch.tensor([backend.process_index + 1.0, 3.0]), op).tolist()
             for op in ("sum", "mean", "max", "min")
         },
         "strategy_none_refusal": refusal,

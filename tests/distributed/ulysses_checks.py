@@ -22,11 +22,11 @@ from transformers import AutoModelForCausalLM
 
 from algorithms import aggregation  # noqa: F401  (registers the modes)
 from rlkit.distributed.sequence_parallel import build_sequence_parallel
+from rlkit.modeling.modules import ActorModule, CriticModule
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 from rlkit.models.tiny_families import build_tiny_family
 from rlkit.registry import AGGREGATIONS
 from rlkit.testing.loss_checks import MODES
-from rlkit.trainer.modules import ActorModule, CriticModule
 from tests.numerics import gamma, reduction_depth
 
 FAMILIES = ("qwen2", "qwen2_window", "llama3", "mistral", "gemma2", "gemma3", "qwen3_moe")

@@ -2,7 +2,7 @@
 in one plain process or under ``accelerate launch --num_processes 2`` (FSDP2 over gloo).
 
 Launched by tests/distributed/test_vision_language_two_processes.py. The actor is rlkit's
-own (:class:`~rlkit.trainer.modules.ActorModule` over the loaded Qwen2.5-VL, prepared by
+own (:class:`~rlkit.modeling.modules.ActorModule` over the loaded Qwen2.5-VL, prepared by
 :class:`~rlkit.trainer.backend.TrainingBackend`), the rows the trainer's own
 (:func:`~rlkit.trainer.batch.build_batch` of image-prompt trajectories), so the images go
 through the vision tower, the multimodal positions and the packed or padded forward as in
@@ -24,12 +24,12 @@ from transformers import AutoTokenizer
 
 from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.distributed.process_exit import exit_process
+from rlkit.modeling.modules import ActorModule
 from rlkit.models.loading import load_causal_lm
 from rlkit.rollout.trajectory import Trajectory
 from rlkit.tasks.colour_shapes import colour_dataset
 from rlkit.trainer.backend import TrainingBackend
 from rlkit.trainer.batch import build_batch
-from rlkit.trainer.modules import ActorModule
 from rlkit.trainer.prompts import tokenize_prompts
 
 ROWS, LR, CLIP = 4, 0.5, 0.05

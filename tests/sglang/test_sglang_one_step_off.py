@@ -202,6 +202,26 @@ def test_async_keeps_every_token_within_max_staleness_and_resumes_both_batches_i
     assert all(m["async/staleness/max"] <= 2 for m in after)
 
 
+def test_extras_reach_the_loss_of_batches_generated_ahead(
+    demo_model_dir, server_url, tmp_path, extras_checks
+):
+    # Batches generated in the rollout threads get their extras at their own step's
+    # forward passes; every estimator and loss call checks it received its rows of them.
+    algorithm = {
+        "adv_estimator": "checked_grpo",
+        "policy_loss": "checked_vanilla",
+        "roles": ("tests.extras_checks:StampRole",),
+    }
+    run = {"rollout_mode": "async", "max_staleness": 2, "total_steps": 3}
+    trainer, _ = one_step_off_run(
+        demo_model_dir, tmp_path / "a", server_url, algorithm=algorithm, **run
+    )
+    history = train(trainer)
+    assert len(history) == 3
+    assert all(m["actor/stamps_ok"] == 1.0 for m in history)
+    assert max(m["async/staleness/max"] for m in history) >= 1  # trained behind the rollout
+
+
 @pytest.fixture(scope="module")
 def tool_server_url(tool_model_dir, tmp_path_factory):
     """A second server, serving the model warmed up to call the calculator."""

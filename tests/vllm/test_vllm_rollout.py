@@ -21,7 +21,7 @@ import torch
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
-from rlkit.rollout.hf_engine import HFEngine
+from rlkit.rollout.embedded.engine import HFEngine
 from tests.sglang.local_policy import LocalPolicyWeights
 from tests.sglang.test_sglang_rollout import max_rollout_diff
 

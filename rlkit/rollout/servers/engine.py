@@ -47,6 +47,7 @@ from rlkit.rollout.servers.errors import (
     WeightSyncError,
 )
 from rlkit.rollout.servers.http_client import HttpClient
+from rlkit.rollout.servers.options import ServerOptions
 from rlkit.rollout.servers.pool import Endpoint, ServerPool
 from rlkit.rollout.servers.process import ServerLaunch, start_servers
 from rlkit.rollout.servers.sample import Sample
@@ -68,29 +69,9 @@ class ServerRolloutEngine(RolloutEngine):
     """Rollouts on inference servers (started here, attached by URL, or behind a router).
 
     Args:
+        options: the attached servers, request, retry, snapshot and sync-check settings
+            (:class:`~rlkit.rollout.servers.options.ServerOptions`).
         servers: launch settings of the servers this engine starts, one per server.
-        urls: servers started by someone else (``http://host:port``), used besides
-            the started ones. With ``router_url`` they are the workers behind the
-            router, used only for weight sync.
-        router_url: a router in front of the workers: all generation goes through it
-            (it balances load itself).
-        log_dir: where server logs (and, by default, disk snapshots) go.
-        max_concurrency: requests (prompts) in flight at once, over all servers.
-        request_timeout_s: time allowed for one request (all ``n`` samples of a prompt).
-        max_retries: re-sends of one prompt before :class:`RolloutError`.
-        retry_backoff_s: wait before retry ``k`` is ``retry_backoff_s * 2**k``.
-        restart_dead_servers: restart a started server whose process died.
-        max_restarts: restarts allowed per started server.
-        sync_dir: folder for disk snapshots (default ``log_dir/weights``); must be
-            readable by the servers.
-        keep_snapshots: disk snapshots kept (older ones are deleted).
-        extra_stop_token_ids: ids that always end a response (e.g. the tokenizer's EOS
-            when the model config names another one).
-        vocab_size: for the sync check (the trainer model's if not given).
-        verify_sync: after each sync, score a fixed sequence on every server and on
-            the trainer's model and report ``weight_sync/logprob_max_abs_diff``.
-        verify_tolerance: raise :class:`WeightSyncError` above this difference
-            (default: 1e-3 for float32 servers, 0.1 otherwise); ``inf`` only reports.
         server_dtype: the dtype the servers compute in (for the default tolerance).
         initial_version: the weight version started servers report before the first
             sync (``None``: attached servers only, whose version is not checked).
@@ -98,6 +79,8 @@ class ServerRolloutEngine(RolloutEngine):
 
     #: How messages name the servers ("SGLang", "vLLM").
     server_name = "server"
+    #: ``log_dir`` when ``ServerOptions.log_dir`` is ``None``.
+    default_log_dir = "runs/servers"
     #: Appended to the sync-check error: what commonly causes a mismatch on this server.
     sync_mismatch_hint = ""
     #: The counts of generate and the turn generator; the server states of
@@ -111,38 +94,33 @@ class ServerRolloutEngine(RolloutEngine):
 
     def __init__(
         self,
+        options: ServerOptions,
         *,
         servers: Sequence[ServerLaunch] = (),
-        urls: Sequence[str] = (),
-        router_url: str | None = None,
-        log_dir: str | Path = "runs/servers",
-        max_concurrency: int = 64,
-        request_timeout_s: float = 600.0,
-        max_retries: int = 3,
-        retry_backoff_s: float = 1.0,
-        restart_dead_servers: bool = True,
-        max_restarts: int = 2,
-        sync_dir: str | Path | None = None,
-        keep_snapshots: int = 2,
-        extra_stop_token_ids: Sequence[int] = (),
-        vocab_size: int | None = None,
-        verify_sync: bool = True,
-        verify_tolerance: float | None = None,
         server_dtype: str = "auto",
         initial_version: str | None = None,
     ) -> None:
-        _check_pool_options(servers, urls, router_url, max_concurrency, max_retries, keep_snapshots)
+        urls, router_url = options.urls, options.router_url
+        _check_pool_options(
+            servers,
+            urls,
+            router_url,
+            options.max_concurrency,
+            options.max_retries,
+            options.keep_snapshots,
+        )
+        self.options = options
         self.rank, self.world = comm.world()
-        self.log_dir = Path(log_dir)
-        self.max_concurrency = max_concurrency
-        self.max_retries = max_retries
-        self.retry_backoff_s = retry_backoff_s
-        self.sync_dir = Path(sync_dir) if sync_dir else self.log_dir / "weights"
-        self.keep_snapshots = keep_snapshots
-        self.extra_stop_token_ids = tuple(int(t) for t in extra_stop_token_ids)
-        self.vocab_size = vocab_size
-        self.verify_sync = verify_sync
-        self.verify_tolerance = verify_tolerance
+        self.log_dir = self.resolved_log_dir(options)
+        self.max_concurrency = options.max_concurrency
+        self.max_retries = options.max_retries
+        self.retry_backoff_s = options.retry_backoff_s
+        self.sync_dir = Path(options.sync_dir) if options.sync_dir else self.log_dir / "weights"
+        self.keep_snapshots = options.keep_snapshots
+        self.extra_stop_token_ids = tuple(int(t) for t in options.extra_stop_token_ids)
+        self.vocab_size = options.vocab_size
+        self.verify_sync = options.verify_sync
+        self.verify_tolerance = options.verify_tolerance
         self.server_dtype = server_dtype
         self.router_url = router_url
         # The policy version the servers hold: "init" for started servers until the first sync.
@@ -156,7 +134,7 @@ class ServerRolloutEngine(RolloutEngine):
             target=self._loop.run_forever, name=f"{self.server_name}-engine", daemon=True
         )
         self._thread.start()
-        self.client = HttpClient(request_timeout_s)
+        self.client = HttpClient(options.request_timeout_s)
 
         started = []
         if self.rank == 0 and servers:
@@ -175,10 +153,15 @@ class ServerRolloutEngine(RolloutEngine):
         gen_endpoints = [Endpoint(router_url.rstrip("/"))] if router_url else self.sync_endpoints
         self.pool = ServerPool(
             gen_endpoints,
-            restart_dead_servers=restart_dead_servers,
-            max_restarts=max_restarts,
+            restart_dead_servers=options.restart_dead_servers,
+            max_restarts=options.max_restarts,
             restart_args=self._restart_args,
         )
+
+    @classmethod
+    def resolved_log_dir(cls, options: ServerOptions) -> Path:
+        """``options.log_dir``, or this engine's ``default_log_dir`` when it is ``None``."""
+        return Path(cls.default_log_dir if options.log_dir is None else options.log_dir)
 
     # ------------------------------------------------------- what a server differs in
     @abc.abstractmethod

@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from rlkit.rollout.servers.options import server_option_names
+
 
 def stop_token_ids(tokenizer: Any, engine_options: dict[str, Any]) -> list[int]:
     """Pop ``extra_stop_token_ids`` and ``extra_eos_token_ids`` (the HF engine's name for
@@ -19,8 +21,10 @@ def stop_token_ids(tokenizer: Any, engine_options: dict[str, Any]) -> list[int]:
 
 
 def forwarded_options(engine_cls: type, set_by_factory: set[str]) -> set[str]:
-    """The ``engine_options`` a factory's ``**engine_options`` takes on to ``engine_cls``
-    (checked with the configuration, before a model loads)."""
+    """The ``engine_options`` a factory's ``**engine_options`` takes on to ``engine_cls``:
+    the :class:`~rlkit.rollout.servers.options.ServerOptions` fields and the engine's own
+    keywords (checked with the configuration, before a model loads)."""
     params = inspect.signature(engine_cls.__init__).parameters
-    own = {"self"} | set_by_factory
-    return {name for name in params if name not in own} | {"extra_eos_token_ids"}
+    own = {"self", "options"} | set_by_factory
+    names = {name for name in params if name not in own} | server_option_names()
+    return (names - set_by_factory) | {"extra_eos_token_ids"}

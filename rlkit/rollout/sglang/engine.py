@@ -21,6 +21,7 @@ from rlkit.rollout.base import PolicyWeights, SamplingParams
 from rlkit.rollout.servers import snapshots
 from rlkit.rollout.servers.engine import ServerRolloutEngine, read_vocab_size
 from rlkit.rollout.servers.errors import WeightSyncError
+from rlkit.rollout.servers.options import ServerOptions
 from rlkit.rollout.servers.pool import Endpoint
 from rlkit.rollout.servers.process import find_free_port
 from rlkit.rollout.servers.sample import Sample
@@ -41,6 +42,14 @@ class SGLangEngine(ServerRolloutEngine):
     """Rollouts on SGLang servers (started here, or attached by URL, or behind a router).
 
     Args:
+        options: the settings every server engine shares
+            (:class:`~rlkit.rollout.servers.options.ServerOptions`: ``urls``,
+            ``router_url``, ``log_dir``, ``max_concurrency``, ``request_timeout_s``,
+            ``max_retries``, ``retry_backoff_s``, ``restart_dead_servers``,
+            ``max_restarts``, ``sync_dir``, ``keep_snapshots``, ``extra_stop_token_ids``,
+            ``vocab_size``, ``verify_sync``, ``verify_tolerance``). ``vocab_size`` is
+            needed for top-p without top-k in ``sampling`` mode and for the sync check;
+            read from ``model_path/config.json`` if not given.
         server: launch settings for servers this engine starts (``None``: attach only).
         num_servers: how many servers to start with ``server`` (ports chosen freely;
             on GPUs, server ``i`` uses GPUs ``i * tp_size ...``).
@@ -54,44 +63,32 @@ class SGLangEngine(ServerRolloutEngine):
             returns) or ``temperature`` (``log_softmax(logits / T)``, filters
             ignored). The same when top-k and top-p are off. Greedy
             (temperature 0) returns ``log_softmax(logits)``.
-        vocab_size: needed for top-p without top-k in ``sampling`` mode and for the
-            sync check; read from ``model_path/config.json`` if not given.
-        **options: :class:`~rlkit.rollout.servers.engine.ServerRolloutEngine` arguments
-            (``urls``, ``router_url``, ``log_dir``, ``max_concurrency``,
-            ``request_timeout_s``, ``max_retries``, ``retry_backoff_s``,
-            ``restart_dead_servers``, ``max_restarts``, ``sync_dir``, ``keep_snapshots``,
-            ``extra_stop_token_ids``, ``verify_sync``, ``verify_tolerance``).
     """
 
     server_name = "SGLang"
+    default_log_dir = "runs/sglang"
 
     def __init__(
         self,
+        options: ServerOptions,
         *,
         server: ServerConfig | None = None,
         num_servers: int = 1,
-        urls: Sequence[str] = (),
-        router_url: str | None = None,
-        log_dir: str | Path = "runs/sglang",
         weight_sync: str = "disk",
         bucket_mb: float = 256,
         dist_backend: str | None = None,
         dist_master_address: str = "127.0.0.1",
         log_prob_mode: str = "sampling",
-        vocab_size: int | None = None,
-        max_concurrency: int = 64,
-        request_timeout_s: float = 600.0,
-        max_retries: int = 3,
-        retry_backoff_s: float = 1.0,
-        restart_dead_servers: bool = True,
-        max_restarts: int = 2,
-        sync_dir: str | Path | None = None,
-        keep_snapshots: int = 2,
-        extra_stop_token_ids: Sequence[int] = (),
-        verify_sync: bool = True,
-        verify_tolerance: float | None = None,
     ) -> None:
-        _check_options(server, num_servers, urls, router_url, weight_sync, log_prob_mode, bucket_mb)
+        _check_options(
+            server,
+            num_servers,
+            options.urls,
+            options.router_url,
+            weight_sync,
+            log_prob_mode,
+            bucket_mb,
+        )
         self.server_config = server
         self.weight_sync_mode = weight_sync
         self.bucket_bytes = max(int(bucket_mb * 2**20), 1)
@@ -100,37 +97,21 @@ class SGLangEngine(ServerRolloutEngine):
         )
         self.dist_master_address = dist_master_address
         self.log_prob_mode = log_prob_mode
-        self.vocab_size = vocab_size or read_vocab_size(server.model_path if server else None)
+        vocab_size = options.vocab_size or read_vocab_size(server.model_path if server else None)
         self._group: weight_sync.TrainerProcessGroup | None = None
         self._group_members: tuple[int, ...] = ()
         self._group_count = 0
         servers: list[ServerConfig] = []
         if server is not None and num_servers > 0:
-            if server.model_path and self.log_prob_mode == "sampling" and self.vocab_size:
+            if server.model_path and self.log_prob_mode == "sampling" and vocab_size:
                 # top-p alone is sent as top_k = vocab, which the sampling-mask path must allow.
                 flag = "--sampling-mask-max-tokens"
-                if flag not in server.extra_args and self.vocab_size > 4096:
-                    server = replace(
-                        server, extra_args=(*server.extra_args, flag, str(self.vocab_size))
-                    )
+                if flag not in server.extra_args and vocab_size > 4096:
+                    server = replace(server, extra_args=(*server.extra_args, flag, str(vocab_size)))
             servers = [_for_index(server, i) for i in range(num_servers)]
         super().__init__(
+            replace(options, vocab_size=vocab_size),
             servers=servers,
-            urls=urls,
-            router_url=router_url,
-            log_dir=log_dir,
-            max_concurrency=max_concurrency,
-            request_timeout_s=request_timeout_s,
-            max_retries=max_retries,
-            retry_backoff_s=retry_backoff_s,
-            restart_dead_servers=restart_dead_servers,
-            max_restarts=max_restarts,
-            sync_dir=sync_dir,
-            keep_snapshots=keep_snapshots,
-            extra_stop_token_ids=extra_stop_token_ids,
-            vocab_size=self.vocab_size,
-            verify_sync=verify_sync,
-            verify_tolerance=verify_tolerance,
             server_dtype=server.dtype if server else "auto",
             initial_version=server.weight_version if server else None,
         )
@@ -332,13 +313,6 @@ def _raise_unless_all_ok(results: list[Any], path: str, targets: list[Endpoint])
     for e, r in zip(targets, results):
         if isinstance(r, dict) and r.get("success") is False:
             raise WeightSyncError(f"{e.url}{path} failed: {r.get('message')}")
-
-
-def _for_index(config: ServerConfig, index: int) -> ServerConfig:
-    """Server ``index``'s config: its own GPUs when on an accelerator."""
-    if config.device == "cpu":
-        return config
-    return replace(config, base_gpu_id=config.base_gpu_id + index * config.tp_size)
 
 
 def _for_index(config: ServerConfig, index: int) -> ServerConfig:

@@ -12,6 +12,7 @@ from typing import Any
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.servers.factory_options import forwarded_options, stop_token_ids
+from rlkit.rollout.servers.options import split_server_options
 
 #: KV-cache tokens of a CPU server when not given (SGLang would reserve ~70% of the RAM).
 CPU_MAX_TOTAL_TOKENS = 16384
@@ -73,13 +74,13 @@ def make_sglang_engine(
         server_args: further ``launch_server`` flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
-        **engine_options: :class:`~rlkit.rollout.sglang.engine.SGLangEngine` arguments
+        **engine_options: :class:`~rlkit.rollout.servers.options.ServerOptions` fields
             (``max_concurrency``, ``request_timeout_s``, ``max_retries``,
-            ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``,
-            ``weight_sync``, ``sync_dir``, ``keep_snapshots``, ``bucket_mb``,
-            ``dist_backend``, ``dist_master_address``, ``log_prob_mode``,
-            ``extra_stop_token_ids`` (alias ``extra_eos_token_ids``), ``vocab_size``, ``verify_sync``,
-            ``verify_tolerance``, ``log_dir``).
+            ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``, ``sync_dir``,
+            ``keep_snapshots``, ``extra_stop_token_ids`` (alias ``extra_eos_token_ids``),
+            ``vocab_size``, ``verify_sync``, ``verify_tolerance``, ``log_dir``) and
+            :class:`~rlkit.rollout.sglang.engine.SGLangEngine` arguments (``weight_sync``,
+            ``bucket_mb``, ``dist_backend``, ``dist_master_address``, ``log_prob_mode``).
     """
     from rlkit.rollout.sglang.engine import SGLangEngine
     from rlkit.rollout.sglang.server import ServerConfig
@@ -109,14 +110,9 @@ def make_sglang_engine(
             startup_timeout_s=startup_timeout_s,
         )
     stops = stop_token_ids(tokenizer, engine_options)
-    return SGLangEngine(
-        server=server,
-        num_servers=num_servers if server else 0,
-        urls=tuple(urls),
-        router_url=router_url,
-        extra_stop_token_ids=stops,
-        **engine_options,
-    )
+    shared = {"urls": tuple(urls), "router_url": router_url, "extra_stop_token_ids": stops}
+    options, own = split_server_options(engine_options | shared)
+    return SGLangEngine(options, server=server, num_servers=num_servers if server else 0, **own)
 
 
 def _forwarded_options() -> set[str]:

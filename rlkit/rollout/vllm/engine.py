@@ -36,6 +36,7 @@ from rlkit.rollout.base import PolicyWeights, SamplingParams
 from rlkit.rollout.servers import snapshots
 from rlkit.rollout.servers.engine import ServerRolloutEngine
 from rlkit.rollout.servers.errors import ServerStartError
+from rlkit.rollout.servers.options import ServerOptions
 from rlkit.rollout.servers.pool import Endpoint
 from rlkit.rollout.servers.process import http_ok
 from rlkit.rollout.servers.sample import Sample
@@ -56,18 +57,19 @@ class VLLMEngine(ServerRolloutEngine):
     """Rollouts on vLLM servers (started here, attached by URL, or behind a router).
 
     Args:
+        options: the settings every server engine shares
+            (:class:`~rlkit.rollout.servers.options.ServerOptions`: ``urls``,
+            ``router_url``, ``log_dir``, ``max_concurrency``, ``request_timeout_s``,
+            ``max_retries``, ``retry_backoff_s``, ``restart_dead_servers``,
+            ``max_restarts``, ``sync_dir``, ``keep_snapshots``, ``extra_stop_token_ids``,
+            ``vocab_size``, ``verify_sync``, ``verify_tolerance``).
         servers: launch settings of the servers to start, one per server.
         seed: draws one seed per request, so a run's samples repeat where the server
             honours seeds (``None``: unseeded).
-        vocab_size: for the sync check (the trainer model's if not given).
-        **options: :class:`~rlkit.rollout.servers.engine.ServerRolloutEngine` arguments
-            (``urls``, ``router_url``, ``log_dir``, ``max_concurrency``,
-            ``request_timeout_s``, ``max_retries``, ``retry_backoff_s``,
-            ``restart_dead_servers``, ``max_restarts``, ``sync_dir``, ``keep_snapshots``,
-            ``extra_stop_token_ids``, ``verify_sync``, ``verify_tolerance``).
     """
 
     server_name = "vLLM"
+    default_log_dir = "runs/vllm"
     sync_mismatch_hint = (
         " A vLLM server on CPU started from a checkpoint with tied embeddings keeps its old "
         "output layer on reload: start it from an untied copy (rlkit.rollout.vllm.untied."
@@ -76,47 +78,20 @@ class VLLMEngine(ServerRolloutEngine):
 
     def __init__(
         self,
+        options: ServerOptions,
         *,
         servers: Sequence[VLLMServerConfig] = (),
-        urls: Sequence[str] = (),
-        router_url: str | None = None,
         seed: int | None = None,
-        log_dir: str | Path = "runs/vllm",
-        vocab_size: int | None = None,
-        max_concurrency: int = 64,
-        request_timeout_s: float = 600.0,
-        max_retries: int = 3,
-        retry_backoff_s: float = 1.0,
-        restart_dead_servers: bool = True,
-        max_restarts: int = 2,
-        sync_dir: str | Path | None = None,
-        keep_snapshots: int = 2,
-        extra_stop_token_ids: Sequence[int] = (),
-        verify_sync: bool = True,
-        verify_tolerance: float | None = None,
     ) -> None:
-        _check_attached(urls, router_url)
+        _check_attached(options.urls, options.router_url)
         if servers and comm.world()[0] == 0:
-            served = _served_copy(servers[0].model_path, sync_dir or Path(log_dir) / "weights")
+            sync_dir = options.sync_dir or self.resolved_log_dir(options) / "weights"
+            served = _served_copy(servers[0].model_path, sync_dir)
             servers = [s.with_weights(str(served), None) for s in servers]
         self._seeds = random.Random(seed) if seed is not None else None
         super().__init__(
+            options,
             servers=servers,
-            urls=urls,
-            router_url=router_url,
-            log_dir=log_dir,
-            max_concurrency=max_concurrency,
-            request_timeout_s=request_timeout_s,
-            max_retries=max_retries,
-            retry_backoff_s=retry_backoff_s,
-            restart_dead_servers=restart_dead_servers,
-            max_restarts=max_restarts,
-            sync_dir=sync_dir,
-            keep_snapshots=keep_snapshots,
-            extra_stop_token_ids=extra_stop_token_ids,
-            vocab_size=vocab_size,
-            verify_sync=verify_sync,
-            verify_tolerance=verify_tolerance,
             server_dtype=servers[0].dtype if servers else "auto",
             initial_version=INITIAL_VERSION if servers else None,
         )

@@ -11,6 +11,7 @@ from typing import Any
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.servers.factory_options import forwarded_options, stop_token_ids
+from rlkit.rollout.servers.options import split_server_options
 
 
 @ROLLOUT_ENGINES.register(
@@ -66,7 +67,7 @@ def make_vllm_engine(
         server_args: further server flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
-        **engine_options: :class:`~rlkit.rollout.vllm.engine.VLLMEngine` arguments
+        **engine_options: :class:`~rlkit.rollout.servers.options.ServerOptions` fields
             (``max_concurrency``, ``request_timeout_s``, ``max_retries``,
             ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``, ``sync_dir``,
             ``keep_snapshots``, ``extra_stop_token_ids`` (alias ``extra_eos_token_ids``),
@@ -105,14 +106,9 @@ def make_vllm_engine(
         )
         servers = [_for_index(base, i) for i in range(num_servers)]
     stops = stop_token_ids(tokenizer, engine_options)
-    return VLLMEngine(
-        servers=servers,
-        urls=tuple(urls),
-        router_url=router_url,
-        extra_stop_token_ids=stops,
-        seed=seed,
-        **engine_options,
-    )
+    shared = {"urls": tuple(urls), "router_url": router_url, "extra_stop_token_ids": stops}
+    options, own = split_server_options(engine_options | shared)
+    return VLLMEngine(options, servers=servers, seed=seed, **own)
 
 
 def _for_index(config: Any, index: int) -> Any:

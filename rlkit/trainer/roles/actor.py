@@ -8,16 +8,17 @@ from typing import Any
 from rlkit.registry import ROLES
 from rlkit.trainer.batch import TrainBatch
 from rlkit.trainer.roles.role import RoleContext, TrainedRole
+from rlkit.trainer.updater import policy_forward
 
 
 def load_policy(
     ctx: RoleContext, *, trainable: bool, path: str | None = None, checkpointing: bool = False
 ) -> Any:
-    """An :class:`~rlkit.trainer.modules.ActorModule` over the causal LM at ``path``
+    """An :class:`~rlkit.modeling.modules.ActorModule` over the causal LM at ``path``
     (default ``ModelConfig.path``) with the run's forward settings."""
+    from rlkit.modeling.modules import ActorModule
     from rlkit.models.loading import load_causal_lm
     from rlkit.models.vision_language import is_vision_language, vision_parameters
-    from rlkit.trainer.modules import ActorModule
 
     m = ctx.config.model
     path = path or m.path
@@ -86,20 +87,29 @@ class ActorRole(TrainedRole):
 
     def forward_needed(self) -> bool:
         # Exactly on-policy, the update's own forward gives pi_old (detached).
-        return self.ctx.algorithm.needs.old_log_probs
+        return self.ctx.algorithm.needs.old_log_prob
 
     def forward(self, batch: TrainBatch) -> dict[str, float]:
-        batch.old_log_probs, batch.entropy = self.ctx.updater.log_probs(
+        batch.old_log_prob, batch.entropy = self.ctx.updater.log_probs(
             self.module, batch, entropy=True
         )
         mask = batch.loss_mask
         return {"actor/entropy": float((batch.entropy * mask).sum() / mask.sum().clamp(min=1))}
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
-        a, step = self.ctx.config.algorithm, self.ctx.step()
+        a, step, updater = self.ctx.config.algorithm, self.ctx.step(), self.ctx.updater
         if step < a.critic_warmup:
             return {}
-        out, applied = self.optimize("actor", self.ctx.updater.minibatches(batch, step), self._loss)
+        out, applied = updater.optimize(
+            "actor",
+            self.module,
+            self.optimizer,
+            self.scheduler,
+            updater.minibatches(batch, step),
+            policy_forward(self.ctx.config.rollout.temperature, self.ctx.algorithm.needs.entropy),
+            self.ctx.algorithm.actor_loss,
+            step,
+        )
         for _ in range(applied):
             self.weights.bump()
         if a.use_kl_in_reward or a.use_kl_loss:
@@ -107,12 +117,3 @@ class ActorRole(TrainedRole):
                 self.ctx.algorithm.kl_ctrl.value if a.use_kl_in_reward else a.kl_loss_coef
             )
         return out
-
-    def _loss(self, micro: TrainBatch, norms: dict[str, Any]):
-        logp, entropy = self.module(
-            micro.model_inputs(),
-            micro.prompt_width,
-            self.ctx.config.rollout.temperature,
-            self.ctx.algorithm.needs.entropy,
-        )
-        return self.ctx.algorithm.actor_loss(micro, logp, entropy, norms)

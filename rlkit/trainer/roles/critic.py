@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlkit.registry import ROLES
 from rlkit.trainer.batch import TrainBatch
 from rlkit.trainer.roles.role import RoleContext, TrainedRole
+from rlkit.trainer.updater import value_forward
 
 
 @ROLES.register("critic", summary="a value model: values before the advantages, its own update")
@@ -15,6 +14,7 @@ class CriticRole(TrainedRole):
     Forward: V(s_t) before each response token. Update: the value loss over the same
     mini-batches as the actor's, before the actor's update."""
 
+    provides = ("values",)
     forward_phase = "values"
     update_phase = "update_critic"
     update_order = 10
@@ -22,8 +22,8 @@ class CriticRole(TrainedRole):
 
     def __init__(self, ctx: RoleContext) -> None:
         super().__init__(ctx)
+        from rlkit.modeling.modules import CriticModule
         from rlkit.models.loading import load_critic_backbone
-        from rlkit.trainer.modules import CriticModule
 
         m, o = ctx.config.model, ctx.config.optim
         backbone = load_critic_backbone(
@@ -38,15 +38,19 @@ class CriticRole(TrainedRole):
         self.prepare(critic, o.critic_lr)
 
     def forward(self, batch: TrainBatch) -> dict[str, float]:
-        batch.values = self.ctx.updater.forward_rows(
-            self.module, batch, lambda m, mb: m(mb.model_inputs(), mb.prompt_width)
-        )
+        batch.extras["values"] = self.ctx.updater.forward_rows(self.module, batch, value_forward)
         return {}
 
     def update(self, batch: TrainBatch) -> dict[str, float]:
-        minibatches = self.ctx.updater.minibatches(batch, self.ctx.step())
-        return self.optimize("critic", minibatches, self._loss)[0]
-
-    def _loss(self, micro: TrainBatch, norms: dict[str, Any]):
-        vpreds = self.module(micro.model_inputs(), micro.prompt_width)
-        return self.ctx.algorithm.critic_loss(micro, vpreds, norms)
+        updater, step = self.ctx.updater, self.ctx.step()
+        out, _ = updater.optimize(
+            "critic",
+            self.module,
+            self.optimizer,
+            self.scheduler,
+            updater.minibatches(batch, step),
+            value_forward,
+            self.ctx.algorithm.critic_loss,
+            step,
+        )
+        return out

@@ -16,6 +16,7 @@ class ReferenceRole(Role):
     (``ModelConfig.lora_rank > 0``) there is no copy: the actor with its adapters off is
     the initial policy."""
 
+    provides = ("ref_log_prob",)
     forward_phase = "ref"
 
     def __init__(self, ctx: RoleContext) -> None:
@@ -27,9 +28,9 @@ class ReferenceRole(Role):
 
     def forward(self, batch: TrainBatch) -> dict[str, float]:
         if self.module is not None:
-            batch.ref_log_probs = self.ctx.updater.log_probs(self.module, batch)
+            batch.extras["ref_log_prob"] = self.ctx.updater.log_probs(self.module, batch)
         else:
             actor = self.actor.module
             with self.ctx.backend.unwrap(actor).reference_context():  # LoRA: adapters off
-                batch.ref_log_probs = self.ctx.updater.log_probs(actor, batch)
+                batch.extras["ref_log_prob"] = self.ctx.updater.log_probs(actor, batch)
         return {}

@@ -50,8 +50,8 @@ class RewardModelScorer:
     def __init__(self, config: RewardModelConfig, backend: Any) -> None:
         from transformers import AutoTokenizer
 
+        from rlkit.modeling.modules import RewardModelModule
         from rlkit.models.loading import load_reward_model
-        from rlkit.trainer.modules import RewardModelModule
 
         self.cfg, self.backend = config, backend
         tok = AutoTokenizer.from_pretrained(config.tokenizer_path or config.path)

@@ -10,7 +10,7 @@ iteration of the driver
    assistant header) are run: no re-prefill of the conversation. New trajectories
    with the same context (the ``n`` samples of a prompt) are run once and repeated;
 2. **samples** one token for every row in the batch (warpers and log-probs as in
-   :mod:`rlkit.rollout.kv_decode`);
+   :mod:`rlkit.rollout.embedded.kv_decode`);
 3. **decodes** the rows that go on. A row whose turn ended leaves the batch; its
    cache is kept, compacted, under its trajectory's key until the trajectory asks
    again or is released.
@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import torch
 
 from rlkit.rollout.base import PolicyWeights, SamplingParams
-from rlkit.rollout.kv_decode import Warp, sample_categorical
+from rlkit.rollout.embedded.kv_decode import Warp, sample_categorical
 from rlkit.rollout.turns import TurnGenerator, TurnResult
 
 T = TypeVar("T")

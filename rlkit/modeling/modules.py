@@ -21,6 +21,8 @@ from rlkit.distributed.collectives import world
 from rlkit.distributed.sequence_parallel import SequenceParallel
 from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
 from rlkit.kernels.segmented_attention import AttentionSegments
+from rlkit.modeling.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
+from rlkit.modeling.ulysses import UlyssesPacking
 from rlkit.models.attention_features import attention_features
 from rlkit.models.vision_language import (
     image_embeddings,
@@ -28,8 +30,6 @@ from rlkit.models.vision_language import (
     rope_positions,
     vision_trunk,
 )
-from rlkit.trainer.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
-from rlkit.trainer.ulysses import UlyssesPacking
 
 
 def _response_hidden(
@@ -174,7 +174,7 @@ class ActorModule(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Return ``(log_probs, entropy)``, each (B, T) float32 (entropy None if not asked).
 
-        Under Ulysses (:mod:`rlkit.trainer.ulysses`) both are computed on this process's
+        Under Ulysses (:mod:`rlkit.modeling.ulysses`) both are computed on this process's
         slice of the packed sequence, then gathered into whole rows."""
         if self.split:
             packing = UlyssesPacking(batch, self.sequence_parallel)

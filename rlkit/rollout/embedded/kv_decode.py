@@ -10,10 +10,10 @@ What it does that ``generate`` does not, for RL rollouts of ``n`` responses per 
 * **Each prompt read once per group.** With ``n > 1`` and prompts of at least
   :data:`SHARED_PREFIX_MIN_TOKENS` tokens, under the ``grouped_sdpa`` attention kernel, the
   repeat keeps one copy of each prompt's keys and values
-  (:class:`~rlkit.rollout.kv_cache.SharedPrefixLayer`), and each decode step's attention
+  (:class:`~rlkit.rollout.embedded.kv_cache.SharedPrefixLayer`), and each decode step's attention
   reads it once for the group's rows (cascade attention,
   :func:`~rlkit.kernels.shared_prefix_decode.shared_prefix_attention`).
-* **No copy per token.** The KV cache is :class:`~rlkit.rollout.kv_cache.InPlaceLayer`
+* **No copy per token.** The KV cache is :class:`~rlkit.rollout.embedded.kv_cache.InPlaceLayer`
   buffers written in place (``DynamicLayer`` copies each layer's whole cache at every
   token); models whose decoder has other layer kinds keep transformers' own cache.
 * **One uniform per row.** Tokens are drawn by inverse-CDF sampling (a cumulative sum
@@ -46,7 +46,7 @@ from rlkit.models.vision_language import (
     rope_positions,
     vision_trunk,
 )
-from rlkit.rollout.kv_cache import (
+from rlkit.rollout.embedded.kv_cache import (
     check_prefixes_read,
     in_place_cache,
     prefix_reader,

@@ -7,13 +7,13 @@ importance-sampling correction needs.
 
 Two decode loops, chosen by the ``decode_loop`` option:
 
-* ``"rlkit"`` (default): :mod:`rlkit.rollout.kv_decode`, which prefills each prompt
+* ``"rlkit"`` (default): :mod:`rlkit.rollout.embedded.kv_decode`, which prefills each prompt
   once for its ``n`` responses and drops finished rows from the batch.
 * ``"generate"``: ``transformers``' ``generate``, for models whose KV cache cannot be
   repeated or subset per row.
 
 For multi-turn loops, :meth:`HFEngine.turns` returns the ``rlkit`` loop's continuous
-batcher (:mod:`rlkit.rollout.continuous_decode`: each trajectory's KV cache continued
+batcher (:mod:`rlkit.rollout.embedded.continuous_decode`: each trajectory's KV cache continued
 across its turns) or, with ``generate``, turns batched through :meth:`generate`. Log-probs are gathered step by step by a logits
   processor, so memory holds one step's (rows x vocabulary) scores, not
   ``output_scores``' (rows x steps x vocabulary) stack.
@@ -40,8 +40,8 @@ from transformers import (
 from rlkit.models.attention_features import attention_features
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
-from rlkit.rollout.continuous_decode import ContinuousDecoder
-from rlkit.rollout.kv_decode import Warp, decode
+from rlkit.rollout.embedded.continuous_decode import ContinuousDecoder
+from rlkit.rollout.embedded.kv_decode import Warp, decode
 from rlkit.rollout.turns import BatchedTurns, TurnGenerator
 
 DECODE_LOOPS = ("rlkit", "generate")
