@@ -126,6 +126,11 @@ def test_role_options_are_checked_against_the_roles_options_type(tmp_path, user_
     ]
     cfg.algorithm = dataclasses.replace(cfg.algorithm, role_options={TEACHER: {}})
     assert "missing 1 required positional argument: 'path'" in input_problems(cfg)[0]
+    cfg.algorithm = dataclasses.replace(cfg.algorithm, role_options={TEACHER: "path=x"})
+    assert input_problems(cfg) == [
+        f"AlgorithmConfig.role_options[{TEACHER!r}] must be a dict of the role's options, "
+        "got str 'path=x'"
+    ]
 
 
 def test_two_roles_providing_one_name_or_a_batch_field_are_refused(tmp_path, user_files):

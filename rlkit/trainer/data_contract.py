@@ -139,7 +139,12 @@ def plan_roles(config: Any) -> RolePlan:
 
 def input_problems(config: Any) -> list[str]:
     """The configuration's data-contract problems (empty when it resolves), then those of
-    its role options (:func:`role_options_problems`)."""
+    its role options (:func:`role_options_problems`). Nothing is checked while
+    ``AlgorithmConfig.roles`` or ``role_options`` has the wrong type: their own field
+    rules report that."""
+    a = config.algorithm
+    if not isinstance(a.roles, (tuple, list)) or not isinstance(a.role_options, dict):
+        return []
     problems = _plan(config)[0]
     return problems + role_options_problems(config)
 
@@ -240,16 +245,21 @@ def role_options_problems(config: Any) -> list[str]:
     a = config.algorithm
     problems = []
     for name, options in a.role_options.items():
-        if name not in a.roles:
+        if not isinstance(options, dict):
+            problems.append(
+                f"AlgorithmConfig.role_options[{name!r}] must be a dict of the role's "
+                f"options, got {type(options).__name__} {options!r}"
+            )
+        elif name not in a.roles:
             problems.append(
                 f"AlgorithmConfig.role_options names {name!r}, which is not in "
                 f"AlgorithmConfig.roles {list(a.roles)}: add it there, or remove its options"
             )
-            continue
-        try:
-            role_options(role_class(name), options)
-        except DataContractError as exc:
-            problems.append(str(exc))
+        else:
+            try:
+                role_options(role_class(name), options)
+            except DataContractError as exc:
+                problems.append(str(exc))
     return problems
 
 
