@@ -105,23 +105,24 @@ def readers(config: Any) -> list[Reader]:
     return out
 
 
-def role_class(name: str) -> Any:
+def _role(name: str) -> Any:
+    """The role class registered (or found by file path) under ``name``."""
     from rlkit.registry import ROLES
 
     return ROLES.get(name)
 
 
-def provided_by(cls: Any) -> tuple[str, ...]:
+def _provided_by(cls: Any) -> tuple[str, ...]:
     return tuple(getattr(cls, "provides", ()))
 
 
-def read_by(cls: Any) -> tuple[str, ...]:
+def _read_by(cls: Any) -> tuple[str, ...]:
     return tuple(getattr(cls, "inputs", ()))
 
 
 def _built_in_providers() -> dict[str, str]:
     """Input name -> the built-in role that provides it."""
-    return {n: role for role in BUILT_IN_ORDER for n in provided_by(role_class(role))}
+    return {n: role for role in BUILT_IN_ORDER for n in _provided_by(_role(role))}
 
 
 def plan_roles(config: Any) -> RolePlan:
@@ -159,10 +160,10 @@ def _plan(config: Any) -> tuple[list[str], RolePlan]:
     providers = _providers(chosen, problems)
     fallback = _built_in_providers()
     required: dict[str, list[str]] = {}
-    pending = [(reader, reader.built_in) for reader in readers(config)]
-    pending += [(Reader(f"role {r!r}", read_by(role_class(r))), BATCH_INPUTS) for r in chosen]
+    pending = readers(config) + [Reader(f"role {r!r}", _read_by(_role(r))) for r in chosen]
     while pending:
-        reader, built_in = pending.pop(0)
+        reader = pending.pop(0)
+        built_in = reader.built_in
         for name in reader.inputs:
             if name in built_in and name not in providers:
                 continue
@@ -174,8 +175,8 @@ def _plan(config: Any) -> tuple[list[str], RolePlan]:
                 continue
             role = fallback[name]
             chosen.append(role)
-            providers |= {n: role for n in provided_by(role_class(role)) if n not in providers}
-            pending.append((Reader(f"role {role!r}", read_by(role_class(role))), BATCH_INPUTS))
+            providers |= {n: role for n in _provided_by(_role(role)) if n not in providers}
+            pending.append(Reader(f"role {role!r}", _read_by(_role(role))))
     ordered = _ordered(chosen, providers, problems)
     plan = RolePlan(ordered, providers, {k: tuple(v) for k, v in required.items()})
     return problems, plan
@@ -186,7 +187,7 @@ def _providers(roles: list[str], problems: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     reserved = BATCH_INPUTS | LOSS_INPUTS
     for role in roles:
-        for name in provided_by(role_class(role)):
+        for name in _provided_by(_role(role)):
             if name in reserved:
                 problems.append(
                     f"role {role!r} provides {name!r}, the name of a tensor every batch "
@@ -236,7 +237,7 @@ def _ordered(roles: list[str], providers: dict[str, str], problems: list[str]) -
 
 def _sources(role: str, providers: dict[str, str]) -> set[str]:
     """The roles whose extras ``role`` reads."""
-    return {providers[n] for n in read_by(role_class(role)) if n in providers} - {role}
+    return {providers[n] for n in _read_by(_role(role)) if n in providers} - {role}
 
 
 def role_options_problems(config: Any) -> list[str]:
@@ -257,7 +258,7 @@ def role_options_problems(config: Any) -> list[str]:
             )
         else:
             try:
-                role_options(role_class(name), options)
+                role_options(_role(name), options)
             except DataContractError as exc:
                 problems.append(str(exc))
     return problems
@@ -298,7 +299,7 @@ def check_provided(role: str, cls: Any, batch: Any, plan: RolePlan) -> None:
     from rlkit.trainer.batch import extra_problem
 
     rows, width = len(batch), batch.responses.shape[1]
-    for name in provided_by(cls):
+    for name in _provided_by(cls):
         if name in batch.extras:
             problem = extra_problem(name, batch.extras[name], rows, width)
             if problem:
