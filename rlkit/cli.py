@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sweep": ("rlkit.sweep:main", "run a grid of experiments and tabulate/plot them"),
     "doctor": ("rlkit.doctor:main", "show the platform and the kernel chosen per op"),
     "check": ("rlkit.check:main", "run the property battery on an estimator or loss"),
+    "diagnose": (
+        "rlkit.diagnose.cli:main",
+        "compare the rollout engine's distribution with the trainer's, explain a gap",
+    ),
     "from-verl": ("rlkit.from_verl:main", "translate a verl launch script into a gin file"),
 }
 

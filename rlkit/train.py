@@ -126,28 +126,22 @@ def build_config() -> ExperimentConfig:
     return config
 
 
-def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
-    """Train; a missing path, bad data, a judge that cannot grade or a reward that fails on
-    every response is a :class:`UserError`.
-
-    ``progress["trainer"]`` is the trainer once built, so an interrupt can name its step."""
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a mistake in what the user gave (or a fault the message
+    explains in full): reported as one message, not a traceback."""
     from rewards.by_data_source import UnknownDataSourceError
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
     from rlkit.distributed.sequence_parallel import SequenceParallelError
-    from rlkit.rollout.servers.errors import ServerStartError
+    from rlkit.rollout.servers.errors import ServerStartError, WeightMismatchError
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
     from rlkit.trainer.data_contract import DataContractError
     from rlkit.trainer.rollout_source import NoUpdateError
     from rlkit.trainer.run_dir import RunDirError
     from rlkit.trainer.scoring import RewardFailure
-    from rlkit.trainer.trainer import RLTrainer
 
-    try:
-        progress["trainer"] = trainer = RLTrainer(config)
-        trainer.run()
-    except (
+    return (
         FileNotFoundError,
         PromptDataError,
         JudgeError,
@@ -160,7 +154,21 @@ def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
         ServerStartError,  # an inference server not installed, unreachable or not starting
         SequenceParallelError,  # a Ulysses size the launched processes cannot form
         DataContractError,  # a role that did not store what it declared it provides
-    ) as exc:
+        WeightMismatchError,  # a weight sync that did not reach a server
+    )
+
+
+def run_training(config: ExperimentConfig, progress: dict[str, Any]) -> None:
+    """Train; a missing path, bad data, a judge that cannot grade or a reward that fails on
+    every response is a :class:`UserError` (:func:`user_error_types`).
+
+    ``progress["trainer"]`` is the trainer once built, so an interrupt can name its step."""
+    from rlkit.trainer.trainer import RLTrainer
+
+    try:
+        progress["trainer"] = trainer = RLTrainer(config)
+        trainer.run()
+    except user_error_types() as exc:
         raise UserError(str(exc)) from exc
     _close_launched_process_group()
 

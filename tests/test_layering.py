@@ -51,6 +51,7 @@ LAYERS = {
     "rlkit.data_cli": 6,
     "rlkit.export": 6,
     "rlkit.from_verl": 6,
+    "rlkit.diagnose": 7,
 }
 
 

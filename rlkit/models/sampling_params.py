@@ -17,7 +17,11 @@ class SamplingParams:
 
     ``top_k <= 0`` and ``top_p == 1`` disable those filters; ``temperature == 0``
     means greedy decoding. ``stop_token_ids`` end a response (the stop token is
-    kept in the response, as EOS is).
+    kept in the response, as EOS is). ``top_logprobs > 0`` asks the engine for the
+    ``top_logprobs`` most likely tokens at every sampled position with their log-probs
+    (:attr:`rlkit.rollout.sampling.RolloutBatch.top_log_probs`), which ``rlkit diagnose``
+    compares with the trainer's distribution; engines that cannot report them leave
+    the field ``None``.
     """
 
     max_new_tokens: int = 64
@@ -27,3 +31,4 @@ class SamplingParams:
     n: int = 1
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    top_logprobs: int = 0

@@ -229,7 +229,10 @@ class HFEngine(RolloutEngine):
                 greedy=params.temperature <= 0,
                 synced=bool(extra.get("synced_gpus")),
                 images=None if images is None else images[chunk],
+                top_logprobs=params.top_logprobs,
             )
+            if result.top_log_probs is not None:
+                out.top_log_probs = (out.top_log_probs or []) + result.top_log_probs
             out.response_ids += result.response_ids
             out.rollout_log_probs += result.log_probs
             out.finish_reasons += result.finish_reasons

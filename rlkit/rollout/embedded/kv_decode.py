@@ -52,6 +52,7 @@ from rlkit.rollout.embedded.kv_cache import (
     prefix_reader,
     shared_prefix_cache,
 )
+from rlkit.rollout.sampling import TopLogProbs
 
 Warp = Callable[[torch.Tensor], torch.Tensor]
 """(rows, vocab) float scores -> scores of the sampling distribution (-inf = excluded)."""
@@ -64,6 +65,7 @@ class DecodeResult:
     response_ids: list[list[int]]
     log_probs: list[list[float]]
     finish_reasons: list[str]
+    top_log_probs: list[TopLogProbs] | None = None
 
 
 SHARED_PREFIX_MIN_TOKENS = 32
@@ -241,6 +243,7 @@ def decode(
     synced: bool = False,
     shared_prefix: bool | None = None,
     images: Sequence[Mapping[str, torch.Tensor] | None] | None = None,
+    top_logprobs: int = 0,
 ) -> DecodeResult:
     """Sample ``n`` responses to each prompt (rows grouped by prompt, as the engine returns).
 
@@ -268,6 +271,8 @@ def decode(
             tower runs once per prompt, in the prefill, and the ``n`` rows share its
             result through the repeated cache. Image prompts never share their prefix's
             cache (``shared_prefix`` is taken as ``False``).
+        top_logprobs: also record the ``top_logprobs`` most likely tokens of every step's
+            sampling distribution (at most the vocabulary), for ``rlkit diagnose``.
 
     Returns:
         A :class:`DecodeResult` of ``len(prompts) * n`` rows.
@@ -299,6 +304,7 @@ def decode(
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=step.device)
     stopped_rows = torch.zeros((rows,), dtype=torch.bool, device=step.device)
     live = torch.arange(rows, device=step.device)  # the original row of each cache row
+    top = _TopRecorder(rows, max_new_tokens, top_logprobs, step.device) if top_logprobs else None
     for t in range(max_new_tokens):
         if len(live):
             scores = logits.float()
@@ -306,6 +312,8 @@ def decode(
             nxt = logp.argmax(-1) if greedy else sample_categorical(logp)
             tokens[live, t] = nxt
             log_probs[live, t] = logp.gather(-1, nxt[:, None]).squeeze(-1)
+            if top is not None:
+                top.record(live, t, logp)
             stopped = torch.isin(nxt, stops)
             lengths[live[stopped]] = t + 1
             stopped_rows[live[stopped]] = True
@@ -328,4 +336,23 @@ def decode(
         [tokens[r, : lengths[r]].tolist() for r in range(rows)],
         [log_probs[r, : lengths[r]].tolist() for r in range(rows)],
         ["stop" if s else "length" for s in stopped_rows.tolist()],
+        top.rows(lengths) if top is not None else None,
     )
+
+
+class _TopRecorder:
+    """The ``k`` most likely tokens of each row's sampling distribution at every step."""
+
+    def __init__(self, rows: int, steps: int, k: int, device: torch.device) -> None:
+        self.k = k
+        self.ids = torch.full((rows, steps, k), -1, dtype=torch.long, device=device)
+        self.values = torch.full((rows, steps, k), float("-inf"), device=device)
+
+    def record(self, live: torch.Tensor, t: int, logp: torch.Tensor) -> None:
+        k = min(self.k, logp.shape[-1])
+        values, ids = logp.topk(k, dim=-1)
+        self.ids[live, t, :k], self.values[live, t, :k] = ids, values
+
+    def rows(self, lengths: list[int]) -> list[TopLogProbs]:
+        ids, values = self.ids.cpu(), self.values.cpu()
+        return [TopLogProbs(ids[r, :n], values[r, :n]) for r, n in enumerate(lengths)]

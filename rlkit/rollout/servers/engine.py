@@ -38,12 +38,14 @@ from typing import Any
 
 from rlkit.distributed import collectives as comm
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
-from rlkit.rollout.servers import logprob_check
+from rlkit.rollout.sampling import TopLogProbs
+from rlkit.rollout.servers import logprob_check, weight_check
 from rlkit.rollout.servers.errors import (
     BadRequestError,
     NoHealthyServerError,
     RequestError,
     RolloutError,
+    WeightMismatchError,
     WeightSyncError,
 )
 from rlkit.rollout.servers.http_client import HttpClient
@@ -83,6 +85,12 @@ class ServerRolloutEngine(RolloutEngine):
     default_log_dir = "runs/servers"
     #: Appended to the sync-check error: what commonly causes a mismatch on this server.
     sync_mismatch_hint = ""
+    #: How a sync's weights are compared with the trainer's, besides the log-prob probe
+    #: (:mod:`rlkit.rollout.servers.weight_check`): ``"checksums"`` (the engine implements
+    #: :meth:`_served_checksums`), ``"slices"`` (:meth:`_served_slices`) or ``"none"``.
+    weight_check = "none"
+    #: How this engine moves weights, for the mismatch message.
+    sync_method = "a weight update"
     #: The counts of generate and the turn generator; the server states of
     #: ServerPool.stats(), which generate adds to its batch's metrics.
     counters: tuple[str, ...] = (
@@ -121,6 +129,8 @@ class ServerRolloutEngine(RolloutEngine):
         self.vocab_size = options.vocab_size
         self.verify_sync = options.verify_sync
         self.verify_tolerance = options.verify_tolerance
+        self.verify_every = options.verify_every
+        self._syncs = 0
         self.server_dtype = server_dtype
         self.router_url = router_url
         # The policy version the servers hold: "init" for started servers until the first sync.
@@ -179,6 +189,20 @@ class ServerRolloutEngine(RolloutEngine):
     async def _served_log_probs(self, endpoint: Endpoint, token_ids: list[int]) -> list[float]:
         """The server's log-probs of ``token_ids[1:]`` given their prefixes (temperature 1)."""
 
+    async def _served_checksums(self, endpoint: Endpoint) -> dict[str, weight_check.Checksum]:
+        """The server's :func:`~rlkit.rollout.servers.weight_check.group_checksums` (by
+        :func:`~rlkit.rollout.servers.weight_check.parameter_group`, in its own dtype);
+        engines whose ``weight_check`` is ``"checksums"`` implement it."""
+        raise NotImplementedError
+
+    async def _served_slices(
+        self, endpoint: Endpoint, names: Sequence[str], length: int
+    ) -> dict[str, list[float] | None]:
+        """The first ``length`` elements of each named (Hugging Face) parameter as the
+        server holds it, ``None`` for one it cannot read; engines whose ``weight_check``
+        is ``"slices"`` implement it."""
+        raise NotImplementedError
+
     @abc.abstractmethod
     def _load(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
         """Put ``weights`` (labelled ``version``) into ``targets`` and clear their prefix
@@ -217,6 +241,14 @@ class ServerRolloutEngine(RolloutEngine):
         if any(s.token_versions for samples in per_prompt for s in samples):
             batch.token_versions = [
                 s.token_versions or [None] * len(s.response_ids)
+                for samples in per_prompt
+                for s in samples
+            ]
+        if params.top_logprobs > 0 and all(
+            s.top_log_probs is not None for samples in per_prompt for s in samples
+        ):
+            batch.top_log_probs = [
+                TopLogProbs.from_lists(s.top_log_probs, params.top_logprobs)
                 for samples in per_prompt
                 for s in samples
             ]
@@ -392,10 +424,13 @@ class ServerRolloutEngine(RolloutEngine):
         """Load ``weights`` into every server, flush their caches, check log-probs.
 
         Called by every process of a multi-process trainer. Returns
-        ``timing_s/weight_sync``, ``timing_s/weight_sync_verify`` and
-        ``weight_sync/logprob_max_abs_diff`` (``nan`` if not verified).
+        ``timing_s/weight_sync``, ``timing_s/weight_check`` (the weights compared, see
+        ``weight_check``), ``weight_sync/params_checked`` (groups or slices compared),
+        ``timing_s/weight_sync_verify`` and ``weight_sync/logprob_max_abs_diff`` (``nan``
+        if not verified: ``verify_sync`` off, or a sync ``verify_every`` skips).
 
         Raises:
+            WeightMismatchError: a server's weights are not the trainer's after the sync.
             WeightSyncError: a server refused the update, or the log-probs differ
                 by more than ``verify_tolerance``.
         """
@@ -421,15 +456,89 @@ class ServerRolloutEngine(RolloutEngine):
         return targets, {"timing_s/weight_sync": time.perf_counter() - start}
 
     def _verified(self, weights: PolicyWeights, targets: list[Endpoint]) -> dict[str, float]:
+        self._syncs += 1
+        due = (
+            self.verify_sync
+            and self.verify_every > 0
+            and (self._syncs == 1 or (self._syncs - 1) % self.verify_every == 0)
+        )
+        metrics = {"timing_s/weight_check": 0.0, "weight_sync/params_checked": 0.0}
+        if due and self.weight_check != "none":
+            start = time.perf_counter()
+            metrics["weight_sync/params_checked"] = float(self._check_weights(weights, targets))
+            metrics["timing_s/weight_check"] = time.perf_counter() - start
         start = time.perf_counter()
-        metrics = {
-            "weight_sync/logprob_max_abs_diff": (
-                self._verify(weights, targets) if self.verify_sync else float("nan")
-            )
-        }
+        metrics["weight_sync/logprob_max_abs_diff"] = (
+            self._verify(weights, targets) if due else float("nan")
+        )
         metrics["timing_s/weight_sync_verify"] = time.perf_counter() - start
         comm.barrier()
         return metrics
+
+    def check_weights(self, weights: PolicyWeights) -> int:
+        """Compare every server's weights with ``weights`` now, outside a sync (as
+        ``rlkit diagnose`` does before the first sync); return how many groups or slices
+        were compared (0 when this engine has no weight check).
+
+        Raises:
+            WeightMismatchError: a server holds other weights.
+        """
+        if self.weight_check == "none":
+            return 0
+        targets = list(self.sync_endpoints) if self.rank == 0 else []
+        return self._check_weights(weights, targets, when="checked outside a sync")
+
+    def _check_weights(
+        self, weights: PolicyWeights, targets: list[Endpoint], when: str | None = None
+    ) -> int:
+        """Compare every target's weights with the trainer's (``weight_check``); return
+        how many groups or slices were compared. A collective under FSDP (the trainer's
+        tensors are gathered)."""
+        dtype = weight_check.server_dtype(self.server_dtype)
+        if self.weight_check == "checksums":
+            expected = weight_check.group_checksums(weights.named_tensors(), dtype)
+            if self.rank != 0:
+                return 0
+            served = self._run(self._gather([self._served_checksums(e) for e in targets]))
+            problems = [
+                (e.url, weight_check.checksum_mismatches(expected, got))
+                for e, got in zip(targets, served)
+            ]
+            compared = len(expected)
+        else:
+            named = [(n, t) for n, t in weights.named_tensors() if t.is_floating_point()]
+            names = weight_check.slice_names([n for n, _ in named])
+            expected_slices = {
+                n: weight_check.slice_of(t, dtype) for n, t in named if n in set(names)
+            }
+            if self.rank != 0:
+                return 0
+            length = weight_check.SLICE_LENGTH
+            served = self._run(
+                self._gather([self._served_slices(e, names, length) for e in targets])
+            )
+            problems = [
+                (e.url, weight_check.slice_mismatches(expected_slices, got))
+                for e, got in zip(targets, served)
+            ]
+            compared = len(expected_slices)
+        bad = [(url, lines) for url, lines in problems if lines]
+        if bad:
+            url, lines = bad[0]
+            shown = "; ".join(lines[:4]) + (
+                f"; and {len(lines) - 4} more" if len(lines) > 4 else ""
+            )
+            when = when or (
+                f"after syncing weight version {self.expected_version} by {self.sync_method}"
+            )
+            raise WeightMismatchError(
+                f"{when}, the {self.server_name} server {url} does not hold the trainer's weights "
+                f"({self.weight_check} compared, {len(lines)} of {compared} differ: {shown}). "
+                f"The sync did not reach the server (or reached part of it): check the "
+                f"server's log and the parameter names it loads."
+                + (f" {len(bad) - 1} more server(s) differ too." if len(bad) > 1 else "")
+            )
+        return compared
 
     def _verify(self, weights: PolicyWeights, targets: list[Endpoint]) -> float:
         vocab = self.vocab_size

@@ -25,3 +25,8 @@ class NoHealthyServerError(RolloutError):
 
 class WeightSyncError(RuntimeError):
     """A server refused or failed a weight update."""
+
+
+class WeightMismatchError(WeightSyncError):
+    """After a sync, a server's weights are not the trainer's: the sync did not take
+    effect (or took effect in part). A run stops with this one message."""

@@ -53,8 +53,15 @@ class ServerOptions:
     """For the sync check (the trainer model's if not given); the SGLang engine reads it
     from ``model_path/config.json`` when not given."""
     verify_sync: bool = True
-    """After each sync, score a fixed sequence on every server and on the trainer's model
-    and report ``weight_sync/logprob_max_abs_diff``."""
+    """After each sync, compare every server's weights with the trainer's (checksums, or
+    slices read back: :mod:`rlkit.rollout.servers.weight_check`; a difference stops the
+    run with :class:`~rlkit.rollout.servers.errors.WeightMismatchError`), then score a
+    fixed sequence on every server and on the trainer's model and report
+    ``weight_sync/logprob_max_abs_diff``."""
+    verify_every: int = 1
+    """Check every ``verify_every``-th sync (the first always): the weights themselves
+    (checksums or read-back slices, where the server offers them) and the log-prob probe.
+    A larger value makes the check sparse; ``0`` checks none (as ``verify_sync=False``)."""
     verify_tolerance: float | None = None
     """Raise :class:`~rlkit.rollout.servers.errors.WeightSyncError` above this difference
     (default: 1e-3 for float32 servers, 0.1 otherwise); ``inf`` only reports."""

@@ -16,3 +16,6 @@ class Sample:
     token_versions: list[int | None] | None = None
     """Per token, the version that sampled it, when the server's weights changed under
     the request (SGLang's ``weight_versions`` spans; ``None`` for its initial weights)."""
+    top_log_probs: list[dict[int, float]] | None = None
+    """Per token, the server's most likely tokens and their log-probs (``{id: log-prob}``),
+    when ``SamplingParams.top_logprobs > 0`` asked for them."""
