@@ -83,16 +83,16 @@ def markdown(d: Diagnosis) -> str:
         if d.template_differences:
             lines += [
                 "",
-                "| row | boundary | position | trained tokens | template renders |",
-                "|---:|---:|---:|---|---|",
+                "| row | boundary | position | kind | trained tokens | template renders |",
+                "|---:|---:|---:|---|---|---|",
             ]
             lines += [
-                f"| {x['row']} | {x['turn']} | {x['position']} | `{_escape(x['trained'])}` | "
-                f"`{_escape(x['rendered'])}` |"
+                f"| {x['row']} | {x['turn']} | {x['position']} | {x['kind']} | "
+                f"`{_escape(x['trained'])}` | `{_escape(x['rendered'])}` |"
                 for x in d.template_differences[:20]
             ]
-        else:
-            lines.append("Every turn boundary renders as the model's own template does.")
+        if not any(x["kind"] == "template" for x in d.template_differences):
+            lines += ["", "Every turn boundary renders as the model's own template does."]
     lines += ["", "## Mixture-of-experts routing", "", d.routing_note or "-"]
     if d.routing:
         lines += ["", "| router | same experts |", "|---|---:|"]

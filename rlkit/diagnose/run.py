@@ -290,7 +290,7 @@ class _Diagnoser:
         overall = r.tokens.get("overall", {})
         evidence = {
             "weights": r.weights.get("error"),
-            "turn_differences": len(r.template_differences),
+            "turn_differences": sum(d["kind"] == "template" for d in r.template_differences),
             "gap_mean": overall.get("gap_mean", 0.0),
             "kl_mean": overall.get("kl_mean", 0.0),
             "bound": r.bound,

@@ -37,6 +37,10 @@ class TurnDifference:
             differing token.
         trained: the trained tokens from there (up to 8), decoded.
         rendered: the reference rendering's tokens from there (up to 8), decoded.
+        kind: ``"template"`` (in the prompt or in inserted tokens: the rendering of the
+            conversation differs) or ``"retokenized"`` (inside the policy's own sampled
+            tokens, which are kept as sampled: decoding and re-encoding them is not
+            bijective, e.g. a byte sequence that is not valid UTF-8).
     """
 
     row: int
@@ -44,6 +48,7 @@ class TurnDifference:
     position: int
     trained: str
     rendered: str
+    kind: str = "template"
 
 
 def boundaries(trajectory: Trajectory) -> list[int]:
@@ -74,9 +79,9 @@ def compare_rendering(
     ``reference`` rendering its conversation; empty when they agree (up to the trained
     length: the rendering goes on past a response cut by the token budget).
 
-    A difference is assigned to the last boundary at or before it. Differences inside a
-    policy turn that re-tokenising its text explains (the policy's ids are kept as
-    sampled) are reported as they are; they sit inside a turn, not at a boundary.
+    A difference is assigned to the last boundary at or before it. One inside a policy
+    turn (not at its first token) is of kind ``"retokenized"``: the template is not at
+    fault there.
     """
     if not trajectory.conversation:
         return []
@@ -91,6 +96,8 @@ def compare_rendering(
         if tag == "insert" and i1 == len(trained):
             continue  # the rendering goes on past the trained tokens
         turn = sum(1 for s in starts if s <= i1) or 1
+        offset = i1 - len(trajectory.prompt_ids)
+        sampled = offset > 0 and trajectory.loss_mask[offset] and i1 not in starts
         if turn not in found:
             found[turn] = TurnDifference(
                 row,
@@ -98,5 +105,6 @@ def compare_rendering(
                 i1,
                 reference.decode(trained[i1 : i1 + 8]),
                 reference.decode(reference_ids[j1 : j1 + 8]),
+                "retokenized" if sampled else "template",
             )
     return [found[t] for t in sorted(found)]
