@@ -133,7 +133,11 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
     from rlkit.distributed.sequence_parallel import SequenceParallelError
-    from rlkit.rollout.servers.errors import ServerStartError, WeightMismatchError
+    from rlkit.rollout.servers.errors import (
+        ProbeMismatchError,
+        ServerStartError,
+        WeightMismatchError,
+    )
     from rlkit.trainer.builders import StepsConflict
     from rlkit.trainer.checkpoint import CheckpointError
     from rlkit.trainer.data_contract import DataContractError
@@ -155,6 +159,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         SequenceParallelError,  # a Ulysses size the launched processes cannot form
         DataContractError,  # a role that did not store what it declared it provides
         WeightMismatchError,  # a weight sync that did not reach a server
+        ProbeMismatchError,  # a server computing other log-probs after a sync
     )
 
 

@@ -33,7 +33,8 @@ def test_kl_over_the_whole_vocabulary_is_the_exact_kl():
         trainer_full_log_probs=q,
     )
     assert stats.kl.item() == pytest.approx(0.143841, abs=1e-6)
-    assert stats.gap.item() == pytest.approx(math.log(2), abs=1e-6)  # |ln 0.25 - ln 0.5|, float32 inputs
+    # |ln 0.25 - ln 0.5| = ln 2, from float32 inputs
+    assert stats.gap.item() == pytest.approx(math.log(2), abs=1e-6)
     assert stats.mass.item() == pytest.approx(1.0)
     assert stats.top1_agree.item() == 0.0  # engine's top-1 is id 0 (tie, first), trainer's is 1
 
@@ -123,7 +124,12 @@ def test_a_dropped_newline_is_found_at_each_turn_boundary(tool_model_dir):
     response = policy1 + inserted + policy2
     mask = [1] * len(policy1) + [0] * len(inserted) + [1] * len(policy2)
     trajectory = Trajectory(
-        prompt, response, mask, [0.0] * len(response), [0] * len(response), 0,
+        prompt,
+        response,
+        mask,
+        [0.0] * len(response),
+        [0] * len(response),
+        0,
         conversation=conversation,
     )
     found = turns.compare_rendering(0, trajectory, tok)
@@ -136,7 +142,9 @@ def test_a_dropped_newline_is_found_at_each_turn_boundary(tool_model_dir):
         prompt,
         policy1 + tok("\nR: 42\nA: ", add_special_tokens=False)["input_ids"] + policy2,
         [1] * len(policy1) + [0] * (len(inserted) + 1) + [1] * len(policy2),
-        [0.0] * (len(response) + 1), [0] * (len(response) + 1), 0,
+        [0.0] * (len(response) + 1),
+        [0] * (len(response) + 1),
+        0,
         conversation=conversation,
     )
     assert turns.compare_rendering(0, fixed, tok) == []
@@ -145,7 +153,9 @@ def test_a_dropped_newline_is_found_at_each_turn_boundary(tool_model_dir):
 # ---------------------------------------------------------------- whole diagnoses
 
 
-def _diagnose(tmp_path: Path, configs: list[str], params: list[str], *extra: str) -> tuple[int, dict]:
+def _diagnose(
+    tmp_path: Path, configs: list[str], params: list[str], *extra: str
+) -> tuple[int, dict]:
     out = tmp_path / "report"
     argv = [*configs, *[a for p in params for a in ("--gin_param", p)], "--out", str(out), *extra]
     status = main(argv)
@@ -157,7 +167,8 @@ def test_the_demo_is_healthy_on_the_embedded_engine(tmp_path, demo_model_dir, ca
         tmp_path,
         ["experiments/demo.gin"],
         [f"ModelConfig.path = '{demo_model_dir}'"],
-        "--prompts", "6",
+        "--prompts",
+        "6",
     )
     assert status == 0, report["causes"]
     assert report["passed"] and report["causes"] == []
@@ -187,7 +198,8 @@ def test_a_template_that_drops_the_newline_between_turns_is_named(tmp_path, tool
         tmp_path,
         ["experiments/tool_demo.gin"],
         [*_tool_params(tool_model_dir), f"ModelConfig.chat_template = {json.dumps(broken)}"],
-        "--prompts", "32",  # the warmed-up model calls the calculator in a few of them
+        "--prompts",
+        "32",  # the warmed-up model calls the calculator in a few of them
     )
     assert status == MISMATCH_EXIT
     assert report["causes"][0]["name"] == "chat template"

@@ -73,6 +73,7 @@ def _diagnose(config: object, out: Path, args: argparse.Namespace) -> int:
 
     config.trainer.output_dir = scratch_output_dir(out)
     config.trainer.resume_mode = "disable"
+    config.trainer.overwrite = True  # the scratch folder is diagnose's own, rewritten each time
     found = diagnose(config, prompts=args.prompts, top_k=args.top_k)
     written = report.write(found, out)
     print(report.markdown(found))

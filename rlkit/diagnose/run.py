@@ -37,9 +37,10 @@ from rlkit.trainer.logprob_guard import BOUNDS, lowest_precision
 SERVER_TOP_K = 20
 """Top-k asked of a server engine when ``--top-k`` is not given (vLLM's default limit)."""
 
-FULL_VOCAB_LIMIT = 2**27
+FULL_VOCAB_LIMIT = 2**25
 """Most (tokens x vocabulary) log-probs the embedded engine records for a full-vocabulary
-comparison (512 MiB in float32); past it the top 1024 are compared."""
+comparison (128 MiB of float32 values, twice that of int64 ids); past it the top
+1024 are compared."""
 
 
 @dataclass
@@ -88,7 +89,7 @@ class _Diagnoser:
     def __init__(self, trainer: Any, prompts: int, top_k: int | None) -> None:
         self.trainer, self.cfg = trainer, trainer.cfg
         self.prompts = max(1, min(prompts, len(trainer.train_prompts)))
-        self.server = self.cfg.rollout.engine in settings.SERVER_ENGINES
+        self.server = settings.holds_own_weights(self.cfg.rollout.engine)
         precision = lowest_precision([self.cfg.model.dtype, self.cfg.trainer.mixed_precision])
         self.top_k = top_k if top_k is not None else self._default_top_k()
         self.report = Diagnosis(
@@ -120,7 +121,7 @@ class _Diagnoser:
         return self.report
 
     def _weights(self) -> None:
-        from rlkit.rollout.servers.errors import WeightSyncError
+        from rlkit.rollout.servers.errors import ProbeMismatchError, WeightSyncError
 
         engine = self.trainer.engine
         if not self.server:
@@ -136,6 +137,10 @@ class _Diagnoser:
             out["compared_after_sync"] = metrics.get("weight_sync/params_checked", 0.0)
             out["logprob_probe_max_abs_diff"] = metrics.get("weight_sync/logprob_max_abs_diff")
             out["check_s"] = metrics.get("timing_s/weight_check", 0.0)
+        except ProbeMismatchError as exc:
+            # The weights compared equal (or could not be compared): the server computes
+            # with them differently; the token comparison below says how.
+            out["probe_error"] = str(exc)
         except WeightSyncError as exc:
             out["error"] = str(exc)
         self.report.weights = out
@@ -285,7 +290,10 @@ class _Diagnoser:
         source = _template_source(self.cfg)
         reference = r.template_reference or source
         listed = settings.run_settings(
-            self.cfg, source, reference.removesuffix(" (the model's own)")
+            self.cfg,
+            source,
+            reference.removesuffix(" (the model's own)"),
+            getattr(self.trainer, "kernel_choices", None),
         )
         overall = r.tokens.get("overall", {})
         evidence = {

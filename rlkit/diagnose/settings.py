@@ -14,8 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-SERVER_ENGINES = ("sglang", "vllm")
-"""Engines that compute on their own copy of the weights, with their own kernels."""
+
+def holds_own_weights(engine: str) -> bool:
+    """Whether the engine computes on its own copy of the weights, with its own kernels
+    (its registry entry says ``holds_own_weights``: SGLang, vLLM), rather than the
+    trainer's module."""
+    from rlkit.registry import ROLLOUT_ENGINES
+
+    return bool(ROLLOUT_ENGINES.entry(engine).extra.get("holds_own_weights"))
+
 
 #: Server flags that make the engine load another model configuration than the trainer's.
 CONFIG_OVERRIDE_FLAGS = (
@@ -67,7 +74,7 @@ def _checkpoint_dtype(model_path: str) -> str:
 def engine_dtype(cfg: Any) -> str:
     """The dtype the engine computes in: the trainer's module for the embedded engine; a
     server's ``dtype`` option, with ``auto`` resolved to the checkpoint's dtype."""
-    if cfg.rollout.engine not in SERVER_ENGINES:
+    if not holds_own_weights(cfg.rollout.engine):
         return trainer_dtype(cfg)
     value = str(cfg.rollout.engine_options.get("dtype", "auto"))
     return _checkpoint_dtype(cfg.model.path) if value == "auto" else value
@@ -93,18 +100,22 @@ def config_overrides(cfg: Any) -> list[str]:
     return found
 
 
-def run_settings(cfg: Any, template_source: str, own_template: str) -> list[Setting]:
+def run_settings(
+    cfg: Any, template_source: str, own_template: str, kernels: dict[str, str] | None = None
+) -> list[Setting]:
     """The settings of ``cfg``'s run that can separate engine and trainer.
 
     Args:
         cfg: the run's :class:`~rlkit.trainer.config.ExperimentConfig`.
         template_source: where the run's chat template comes from.
         own_template: where the model's own template comes from (the reference).
+        kernels: the trainer's kernel per op, as chosen for this model and platform.
     """
     r, m = cfg.rollout, cfg.model
-    server = r.engine in SERVER_ENGINES
+    server = holds_own_weights(r.engine)
     e_dtype, t_dtype = engine_dtype(cfg), trainer_dtype(cfg)
-    kernels = ", ".join(f"{k}={v}" for k, v in sorted(m.kernel_overrides.items())) or "defaults"
+    chosen = kernels if kernels else m.kernel_overrides
+    kernels_text = ", ".join(f"{k}={v}" for k, v in sorted(chosen.items())) or "defaults"
     filtered = r.top_p < 1 or r.top_k > 0
     overrides = config_overrides(cfg)
     return [
@@ -127,7 +138,7 @@ def run_settings(cfg: Any, template_source: str, own_template: str) -> list[Sett
         Setting(
             "attention and kernels",
             f"{r.engine} server kernels" if server else "the trainer's module",
-            f"rlkit kernels ({kernels})",
+            f"rlkit kernels ({kernels_text})",
             server,
             "float rounding only (1e-7 to 1e-5 per token in float32); a large gap is "
             "never this alone unless a kernel drops a feature (window, soft-cap)",

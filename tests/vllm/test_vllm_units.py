@@ -17,7 +17,7 @@ from rlkit.rollout.vllm.client import (
     parse_choices,
     parse_prompt_log_probs,
 )
-from rlkit.rollout.vllm.server import VLLMServerConfig, check_servable
+from rlkit.rollout.vllm.server import EXTENSION_DIR, VLLMServerConfig, check_servable
 from rlkit.rollout.vllm.untied import is_tied, untied_copy
 
 
@@ -116,8 +116,10 @@ def test_the_launch_command_and_environment_of_a_cpu_server():
     )
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # pause / reload / version routes
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["EXTRA"] == "1"
-    # The trainer's interpreter paths and launcher variables stay out of vLLM's process.
-    assert not {"PYTHONPATH", "VIRTUAL_ENV", "RANK"} & set(env)
+    # The trainer's interpreter paths and launcher variables stay out of vLLM's process;
+    # its PYTHONPATH is rlkit's worker extension alone (the weight checksums).
+    assert not {"VIRTUAL_ENV", "RANK"} & set(env)
+    assert env["PYTHONPATH"] == str(EXTENSION_DIR)
     # A restart from a snapshot swaps the weights only.
     assert config.with_weights("/snap", "3").command(8123)[4] == "/snap"
 

@@ -43,6 +43,7 @@ from rlkit.rollout.servers import logprob_check, weight_check
 from rlkit.rollout.servers.errors import (
     BadRequestError,
     NoHealthyServerError,
+    ProbeMismatchError,
     RequestError,
     RolloutError,
     WeightMismatchError,
@@ -431,6 +432,8 @@ class ServerRolloutEngine(RolloutEngine):
 
         Raises:
             WeightMismatchError: a server's weights are not the trainer's after the sync.
+            ProbeMismatchError: the servers' log-probs of a fixed sequence differ from the
+                trainer's by more than ``verify_tolerance``.
             WeightSyncError: a server refused the update, or the log-probs differ
                 by more than ``verify_tolerance``.
         """
@@ -554,8 +557,9 @@ class ServerRolloutEngine(RolloutEngine):
         if tolerance is None:
             tolerance = 1e-3 if self.server_dtype == "float32" else 0.1
         if not worst <= tolerance:
-            raise WeightSyncError(
-                f"after syncing weight version {self.expected_version}, the servers' log-probs of a "
+            raise ProbeMismatchError(
+                f"after syncing weight version {self.expected_version} by {self.sync_method}, "
+                f"the servers' log-probs of a "
                 f"fixed sequence differ from the trainer's by up to {worst:.3g} (tolerance "
                 f"{tolerance:g}): the sync did not take effect, or the server computes in another "
                 f"dtype. Pass verify_tolerance=... to accept this, or check the parameter names."

@@ -30,3 +30,10 @@ class WeightSyncError(RuntimeError):
 class WeightMismatchError(WeightSyncError):
     """After a sync, a server's weights are not the trainer's: the sync did not take
     effect (or took effect in part). A run stops with this one message."""
+
+
+class ProbeMismatchError(WeightSyncError):
+    """After a sync, a server's log-probs of a fixed sequence are not the trainer's, beyond
+    the tolerance: the weights did not arrive (where they could not be compared directly)
+    or the server computes with them differently (dtype, model configuration). A run stops
+    with this one message; ``rlkit diagnose`` tells the two apart."""

@@ -4,11 +4,37 @@
 (requests, retries, restarts and sync checks shared with the vLLM engine) that speaks
 SGLang's native ``/generate`` (token ids in and out, log-probs returned) and moves
 weights in one of three ways (:mod:`rlkit.rollout.sglang.weight_sync`).
+
+**Weight check.** After a sync the engine reads slices of a fixed sample of parameters
+back by their Hugging Face names (``/get_weights_by_name``) and compares them with the
+trainer's, besides the log-prob probe every server engine runs
+(:mod:`rlkit.rollout.servers.weight_check`). Measured on SGLang 0.5.23 CPU servers:
+
+* Llama-family classes (``LlamaForCausalLM`` and its subclasses: Mistral, Phi-3,
+  InternLM3, ...; also OPT, Granite, Exaone4) answer every Hugging Face name, fused
+  ``q_proj`` / ``k_proj`` / ``v_proj`` and ``gate_proj`` / ``up_proj`` included (SGLang
+  cuts them out of ``qkv_proj`` / ``gate_up_proj``), norms, and ``lm_head.weight`` (the
+  embeddings when tied). Right after a ``disk``, ``tensor`` or ``distributed`` sync
+  the slices equal the trainer's exactly, and a ``bfloat16`` server answers its
+  bfloat16 values (the trainer's rounded to bfloat16), not the trainer's float32 ones.
+* Qwen2 / Qwen3 and most other classes have no ``get_weights_by_name``: every name
+  answers HTTP 400 ("Get parameter by name failed"). Which names a server reads
+  depends only on its model class, never on its weights, so when the first check reads
+  none, the engine logs that once and relies on the log-prob probe alone
+  (``weight_sync/params_checked`` stays 0) instead of failing every sync.
+* SGLang turns the whole parameter into a Python list (~32 bytes per element) before
+  cutting it, so a vocabulary-sized parameter is read only for vocabularies of at most
+  :data:`MAX_READ_VOCAB` tokens (a 150k x 3584 embedding would take ~17 GB of the
+  server's memory); the other sampled parameters cost their size in transient memory
+  once per checked sync (``verify_every`` thins the checks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +46,7 @@ from rlkit.distributed import collectives as comm
 from rlkit.rollout.base import PolicyWeights, SamplingParams
 from rlkit.rollout.servers import snapshots
 from rlkit.rollout.servers.engine import ServerRolloutEngine, read_vocab_size
-from rlkit.rollout.servers.errors import WeightSyncError
+from rlkit.rollout.servers.errors import BadRequestError, WeightSyncError
 from rlkit.rollout.servers.options import ServerOptions
 from rlkit.rollout.servers.pool import Endpoint
 from rlkit.rollout.servers.process import find_free_port
@@ -31,11 +57,39 @@ from rlkit.rollout.sglang.client import (
     generate_body,
     parse_prompt_log_probs,
     parse_samples,
+    parse_weight_rows,
     prompt_log_probs_body,
     sampling_payload,
+    served_dtype,
     uses_filters,
+    weights_by_name_body,
 )
 from rlkit.rollout.sglang.server import ServerConfig
+
+logger = logging.getLogger(__name__)
+
+MAX_READ_VOCAB = 4096
+"""Largest vocabulary whose vocabulary-sized parameters (embeddings, output layer) are
+read back: SGLang 0.5.23 converts a parameter whole into a Python list before cutting
+the slice, which for any production vocabulary costs gigabytes of the server's memory.
+Test models (259 tokens) stay below it."""
+
+#: Name parts of the parameters with one row per vocabulary entry.
+_VOCAB_PARAMETERS = ("embed_tokens.", "lm_head.", "wte.", "embed_out.", "word_embeddings.")
+
+#: What each ``weight_sync`` mode does, for the weight-check message.
+_SYNC_METHODS = {
+    "disk": "SGLang's /update_weights_from_disk (each server reloads the checkpoint the "
+    "trainer saved)",
+    "tensor": "SGLang's /update_weights_from_tensor (tensor buckets in the request body, "
+    "CUDA IPC handles for colocated GPU servers)",
+    "distributed": "SGLang's /update_weights_from_distributed (a {backend} broadcast from "
+    "the trainer into the servers' ranks)",
+}
+
+
+class _NoReadsByName(Exception):
+    """A server answered no sampled parameter name: its model class cannot be read."""
 
 
 class SGLangEngine(ServerRolloutEngine):
@@ -47,9 +101,10 @@ class SGLangEngine(ServerRolloutEngine):
             ``router_url``, ``log_dir``, ``max_concurrency``, ``request_timeout_s``,
             ``max_retries``, ``retry_backoff_s``, ``restart_dead_servers``,
             ``max_restarts``, ``sync_dir``, ``keep_snapshots``, ``extra_stop_token_ids``,
-            ``vocab_size``, ``verify_sync``, ``verify_tolerance``). ``vocab_size`` is
-            needed for top-p without top-k in ``sampling`` mode and for the sync check;
-            read from ``model_path/config.json`` if not given.
+            ``vocab_size``, ``verify_sync``, ``verify_every``, ``verify_tolerance``).
+            ``vocab_size`` is needed for top-p without top-k in ``sampling`` mode and for
+            the sync check (also to read back vocabulary-sized parameters); read from
+            ``model_path/config.json`` if not given.
         server: launch settings for servers this engine starts (``None``: attach only).
         num_servers: how many servers to start with ``server`` (ports chosen freely;
             on GPUs, server ``i`` uses GPUs ``i * tp_size ...``).
@@ -67,6 +122,7 @@ class SGLangEngine(ServerRolloutEngine):
 
     server_name = "SGLang"
     default_log_dir = "runs/sglang"
+    weight_check = "slices"
 
     def __init__(
         self,
@@ -97,6 +153,10 @@ class SGLangEngine(ServerRolloutEngine):
         )
         self.dist_master_address = dist_master_address
         self.log_prob_mode = log_prob_mode
+        self.sync_method = _SYNC_METHODS[weight_sync].format(backend=self.dist_backend)
+        # Whether the served model class answers /get_weights_by_name: learnt at the first
+        # weight check (None until then), the same on every process.
+        self._reads_by_name: bool | None = None
         vocab_size = options.vocab_size or read_vocab_size(server.model_path if server else None)
         self._group: weight_sync.TrainerProcessGroup | None = None
         self._group_members: tuple[int, ...] = ()
@@ -148,13 +208,126 @@ class SGLangEngine(ServerRolloutEngine):
         payload = sampling_payload(params, self.extra_stop_token_ids, self.vocab_size)
         body = generate_body(prompt, params, payload, self.log_prob_mode)
         response = await self.client.post(endpoint.url, "/generate", body)
-        return parse_samples(response, params.n, self._wants_filtered(params))
+        return parse_samples(response, params.n, self._wants_filtered(params), params.top_logprobs)
 
     async def _served_log_probs(self, endpoint: Endpoint, token_ids: list[int]) -> list[float]:
         response = await self.client.post(
             endpoint.url, "/generate", prompt_log_probs_body(token_ids)
         )
         return parse_prompt_log_probs(response)
+
+    # -------------------------------------------------------------- weight check
+    def _check_weights(
+        self, weights: PolicyWeights, targets: list[Endpoint], when: str | None = None
+    ) -> int:
+        """The slice comparison, unless the served model class cannot be read by name.
+
+        The first check finds out (on the main process, told to the others): a server
+        that answers none of the sampled names serves a class without
+        ``get_weights_by_name`` (Qwen2 in SGLang 0.5.23), which no later sync changes,
+        so the check is left to the log-prob probe from then on. A later check that reads
+        nothing fails as the base engine says: the names did read before.
+        """
+        if self._reads_by_name is False:
+            return 0
+        if self._reads_by_name is None and not self._know_served_dtype(targets):
+            self._reads_by_name = False
+            return 0
+        unreadable = False
+        try:
+            compared = super()._check_weights(weights, targets, when)
+        except _NoReadsByName as exc:
+            unreadable, compared = True, 0
+            logger.warning(
+                "%s; the weight check after each sync is the log-prob probe alone "
+                "(weight_sync/params_checked = 0)",
+                exc,
+            )
+        if self._reads_by_name is None:
+            self._reads_by_name = not comm.broadcast_object(unreadable)
+        return compared
+
+    def _know_served_dtype(self, targets: list[Endpoint]) -> bool:
+        """Settle ``server_dtype`` (what the trainer's slices are rounded to) before the
+        first check: an attached server, or one started with ``dtype="auto"``, is asked
+        (``/server_info``). False, with a warning, when it cannot be known: slices
+        compared unrounded with a bfloat16 server would report every sync as failed."""
+        if served_dtype(self.server_dtype, None) is not None:
+            self.server_dtype = served_dtype(self.server_dtype, None)
+            return True
+        found = self._run(self._served_dtype(targets[0])) if self.rank == 0 and targets else None
+        found = comm.broadcast_object(found)
+        if found is None:
+            logger.warning(
+                "the dtype of the SGLang server %s is 'auto' and its config.json is not "
+                "readable here; the weight check after each sync is the log-prob probe alone "
+                "(launch the server with an explicit --dtype to compare weights too)",
+                targets[0].url if targets else "?",
+            )
+            return False
+        self.server_dtype = found
+        return True
+
+    async def _served_dtype(self, endpoint: Endpoint) -> str | None:
+        try:
+            info = await self.client.get(endpoint.url, "/server_info")
+        except BadRequestError:  # no such route (not an SGLang server): dtype unknown
+            return None
+        info = info if isinstance(info, dict) else {}
+        launched = info.get("dtype")
+        if served_dtype(launched, None) is not None:
+            return served_dtype(launched, None)
+        path = self.server_config.model_path if self.server_config else info.get("model_path")
+        config = Path(str(path)) / "config.json"
+        return served_dtype(launched, json.loads(config.read_text()) if config.is_file() else None)
+
+    async def _served_slices(
+        self, endpoint: Endpoint, names: Sequence[str], length: int
+    ) -> dict[str, list[float] | None]:
+        """The first ``length`` elements of each of ``names`` on ``endpoint``, read one
+        name at a time (each read copies a whole parameter on the server); ``None`` for a
+        name the server does not answer (HTTP 400) or a vocabulary-sized one above
+        :data:`MAX_READ_VOCAB`.
+
+        Raises:
+            _NoReadsByName: at the first check, the server answered none of ``names``.
+            RequestError: the server is unreachable or failed (not a missing name).
+        """
+        out: dict[str, list[float] | None] = {}
+        asked = 0
+        for name in names:
+            if any(part in name for part in _VOCAB_PARAMETERS) and not (
+                self.vocab_size and self.vocab_size <= MAX_READ_VOCAB
+            ):
+                out[name] = None
+                continue
+            asked += 1
+            out[name] = await self._read_slice(endpoint, name, length)
+        if self._reads_by_name is None and asked and all(v is None for v in out.values()):
+            raise _NoReadsByName(
+                f"the SGLang server {endpoint.url} answered none of {asked} parameter names "
+                f"on /get_weights_by_name (its model class cannot read weights by name, "
+                f"e.g. Qwen2 in SGLang 0.5.23)"
+            )
+        return out
+
+    async def _read_slice(self, endpoint: Endpoint, name: str, length: int) -> list[float] | None:
+        """``name``'s first ``length`` elements (flattened): one entry of the first
+        dimension first, which tells how many entries ``length`` elements span, then
+        those if more are needed."""
+        rows = 1
+        while True:
+            try:
+                response = await self.client.post(
+                    endpoint.url, "/get_weights_by_name", weights_by_name_body(name, rows)
+                )
+            except BadRequestError:
+                return None
+            values, per_row = parse_weight_rows(response)
+            needed = math.ceil(length / per_row)
+            if len(values) >= length or rows >= needed or len(response) < rows:
+                return values[:length]
+            rows = needed
 
     # --------------------------------------------------------------- weight sync
     @property

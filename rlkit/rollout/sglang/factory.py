@@ -78,7 +78,8 @@ def make_sglang_engine(
             (``max_concurrency``, ``request_timeout_s``, ``max_retries``,
             ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``, ``sync_dir``,
             ``keep_snapshots``, ``extra_stop_token_ids`` (alias ``extra_eos_token_ids``),
-            ``vocab_size``, ``verify_sync``, ``verify_tolerance``, ``log_dir``) and
+            ``vocab_size``, ``verify_sync``, ``verify_every``, ``verify_tolerance``,
+            ``log_dir``) and
             :class:`~rlkit.rollout.sglang.engine.SGLangEngine` arguments (``weight_sync``,
             ``bucket_mb``, ``dist_backend``, ``dist_master_address``, ``log_prob_mode``).
     """

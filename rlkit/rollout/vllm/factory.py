@@ -36,6 +36,7 @@ def make_vllm_engine(
     max_model_len: int | None = None,
     enable_chunked_prefill: bool | None = None,
     kv_cache_gib: float | None = None,
+    max_logprobs: int | None = None,
     server_args: Sequence[str] = (),
     server_env: dict[str, str] | None = None,
     startup_timeout_s: float = 900.0,
@@ -64,6 +65,9 @@ def make_vllm_engine(
             :class:`~rlkit.rollout.vllm.server.VLLMServerConfig`). With ``device="cpu"``,
             ``dtype="auto"`` becomes ``float32``. Server ``i`` of ``num_servers`` on GPUs
             gets GPUs ``i * tp_size ...`` (``CUDA_VISIBLE_DEVICES``).
+        max_logprobs: ``--max-logprobs`` of started servers, the largest
+            ``SamplingParams.top_logprobs`` they answer (default
+            :data:`~rlkit.rollout.vllm.server.MAX_LOGPROBS`, 64).
         server_args: further server flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
@@ -75,6 +79,7 @@ def make_vllm_engine(
     """
     from rlkit.rollout.vllm.engine import VLLMEngine
     from rlkit.rollout.vllm.server import (
+        MAX_LOGPROBS,
         VLLMServerConfig,
         check_servable,
         check_vllm_install,
@@ -99,6 +104,7 @@ def make_vllm_engine(
             max_model_len=max_model_len,
             enable_chunked_prefill=enable_chunked_prefill,
             kv_cache_gib=kv_cache_gib,
+            max_logprobs=MAX_LOGPROBS if max_logprobs is None else max_logprobs,
             seed=seed,
             extra_args=tuple(str(a) for a in server_args),
             env=dict(server_env or {}),

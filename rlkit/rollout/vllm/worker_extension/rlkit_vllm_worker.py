@@ -17,8 +17,15 @@ keeps its ``weight`` but computes logits from a packed copy of it. Such a weight
 back through the layer's own kernel (``cpu_linear``) applied to rows of the identity:
 row ``i`` of the result is column ``i`` of the weight, exactly (every product is by 0 or
 1 and every sum adds zeros), so a packed copy that a reload forgot to refresh shows up.
-This costs ``2 * in_features`` multiply-adds per weight element: nothing for the small
-models a CPU serves, and on a GPU weights are read directly.
+This costs ``in_features`` multiply-adds per weight element, as much as a forward pass
+over ``in_features`` tokens (hidden or MLP size): nothing for the tiny models of the
+tests, seconds or more for a model of billions of parameters on a CPU (``verify_every``
+makes the check sparse). On a GPU the weights are read as they are.
+
+Each worker sums the part of the model it holds. Under tensor parallelism those parts
+do not add up to the model's sums (norms are replicated on every worker, and so are the
+key/value heads when there are fewer of them than workers), so the engine compares the
+checksums of single-worker servers only and leaves the others to its log-prob probe.
 """
 
 from __future__ import annotations
@@ -43,7 +50,8 @@ def parameter_group(name: str) -> str:
     """The checksum group of a parameter name.
 
     A copy of :func:`rlkit.rollout.servers.weight_check.parameter_group` (this file
-    cannot import rlkit; ``tests/vllm/test_vllm_units.py`` checks that the two agree):
+    cannot import rlkit; ``tests/vllm/test_vllm_extension_units.py`` checks that the two
+    agree):
     ``layers.N`` for anything in decoder layer ``N``, otherwise the name without its
     ``model.`` prefix and ``.weight`` / ``.bias`` suffix.
     """
@@ -93,11 +101,15 @@ def _packed_kernel(module: torch.nn.Module) -> Any:
 def model_checksums(model: torch.nn.Module) -> dict[str, tuple[float, float, float]]:
     """Per :func:`parameter_group`, the sums of the weights ``model``'s forward pass uses.
 
-    Every parameter is counted once (shared ones under their first name). A linear
-    layer whose weight the CPU backend moved into a packed kernel is read through that
-    kernel; the LM head is read through its kernel when it has one (the logits come
-    from there, even when its ``weight`` is still a parameter), and is reported as
-    ``lm_head`` even when it is the input embedding's module (tied embeddings).
+    Parameters are those of each module (buffers such as rotary tables and attention
+    scales are not weights the trainer has). A parameter two modules share (tied
+    embeddings) counts under each name, as in a Hugging Face state dict. A linear layer
+    whose weight the CPU backend moved into a packed kernel is read through that
+    kernel. The LM head (``model.lm_head``) is read through its kernel when it has one:
+    the logits come from there even where its ``weight`` is still a parameter (equal to
+    the input embedding's when tied), and a reload that refreshed the parameter but not
+    the packed copy must show. It is reported as ``lm_head`` even when it is the input
+    embedding's module itself.
     """
     sums: dict[str, list[float]] = {}
 
@@ -107,13 +119,12 @@ def model_checksums(model: torch.nn.Module) -> dict[str, tuple[float, float, flo
             total[i] += value
 
     head = getattr(model, "lm_head", None)
-    head_name = None
+    head_counted = False
     for module_name, module in model.named_modules():
-        if module is head and head_name is None:
-            head_name = module_name
         kernel = _packed_kernel(module)
         for param_name, param in module.named_parameters(recurse=False):
             name = f"{module_name}.{param_name}" if module_name else param_name
+            group = parameter_group(name)
             if param_name == "weight" and kernel is not None and param.numel() == 0:
                 in_features = getattr(module, "input_size_per_partition", None)
                 if in_features is None:
@@ -121,16 +132,15 @@ def model_checksums(model: torch.nn.Module) -> dict[str, tuple[float, float, flo
                         f"{name}: the CPU backend packed this weight and the layer does not "
                         f"say its input size, so it cannot be read back"
                     )
-                add(parameter_group(name), kernel_weight_sums(kernel, param, int(in_features)))
-            elif module is head and param_name == "weight" and head_name == "lm_head":
-                add("lm_head", _head_sums(module, param))
+                add(group, kernel_weight_sums(kernel, param, int(in_features)))
+            elif module is head and param_name == "weight" and group == "lm_head":
+                add(group, _head_sums(module, param))
+                head_counted = True
             else:
-                add(parameter_group(name), tensor_sums(param))
-    if head is not None and head_name is not None and head_name != "lm_head":
-        # Tied: the head is the embedding module, already counted as the embedding.
-        weight = getattr(head, "weight", None)
-        if isinstance(weight, torch.Tensor):
-            add("lm_head", _head_sums(head, weight))
+                add(group, tensor_sums(param))
+    weight = getattr(head, "weight", None)
+    if not head_counted and isinstance(weight, torch.Tensor):
+        add("lm_head", _head_sums(head, weight))  # the embedding's module serves as head
     return {group: (s[0], s[1], s[2]) for group, s in sums.items()}
 
 
@@ -147,12 +157,14 @@ class RlkitWorkerExtension:
     ``rlkit_`` so they never shadow a worker's own."""
 
     def rlkit_extension_info(self) -> dict[str, Any]:
-        """Which version of this extension the worker runs, and where it sits in the
-        server's parallel layout (a sum over a tensor-parallel shard is not the model's)."""
+        """Which version of this extension the worker runs, the dtype it holds the
+        weights in (the trainer rounds its own to it before comparing), and where it
+        sits in the server's parallel layout (a shard's sums are not the model's)."""
         config = getattr(self, "vllm_config", None)
         parallel = getattr(config, "parallel_config", None)
         return {
             "version": VERSION,
+            "dtype": str(getattr(getattr(config, "model_config", None), "dtype", "")),
             "rank": int(getattr(self, "rank", 0)),
             "tensor_parallel_size": int(getattr(parallel, "tensor_parallel_size", 1)),
             "pipeline_parallel_size": int(getattr(parallel, "pipeline_parallel_size", 1)),
