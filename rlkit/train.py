@@ -93,9 +93,15 @@ def did_you_mean(message: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return experiment_parser("rlkit train", __doc__)
+
+
+def experiment_parser(prog: str, description: str | None) -> argparse.ArgumentParser:
+    """A command's parser taking an experiment as ``rlkit train`` does: gin files,
+    ``--gin_param`` bindings and ``--debug``."""
     parser = argparse.ArgumentParser(
-        prog="rlkit train",
-        description=__doc__,
+        prog=prog,
+        description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("configs", nargs="+", help="gin experiment file(s)")

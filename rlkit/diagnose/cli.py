@@ -21,15 +21,9 @@ MISMATCH_EXIT = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="rlkit diagnose",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("configs", nargs="+", help="gin experiment file(s)")
-    parser.add_argument(
-        "--gin_param", "--gin-param", action="append", default=[], metavar="BINDING"
-    )
+    from rlkit.train import experiment_parser
+
+    parser = experiment_parser("rlkit diagnose", __doc__)
     parser.add_argument("--prompts", type=int, default=16, help="prompts sampled (default 16)")
     parser.add_argument(
         "--top-k",
@@ -39,7 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
         "for the embedded engine, 20 for a server)",
     )
     parser.add_argument("--out", default=None, help="report folder")
-    parser.add_argument("--debug", action="store_true", help="show a user error's traceback")
     return parser
 
 
