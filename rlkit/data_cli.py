@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 USER_ERROR_EXIT = 2
@@ -95,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "list":
             _list()
             return 0
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(
+                f"--out {args.out} is a file; name a folder (the <split>.<format> files are "
+                f"written into it)"
+            )
         if args.name in TASKS:
             written = _prepare_task(args.name, args.out, args.fmt, args.split)
         else:

@@ -398,7 +398,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", default=None, help="gin file to write (default: stdout)")
     args = parser.parse_args(argv)
     if len(args.inputs) == 1 and Path(args.inputs[0]).is_file():
-        source, overrides = args.inputs[0], overrides_of(Path(args.inputs[0]).read_text())
+        try:
+            text = Path(args.inputs[0]).read_text()
+        except UnicodeDecodeError:
+            print(
+                f"rlkit from-verl: {args.inputs[0]} is not a text file (not UTF-8): give a "
+                f"verl launch script or key=value overrides",
+                file=sys.stderr,
+            )
+            return USER_ERROR_EXIT
+        source, overrides = args.inputs[0], overrides_of(text)
     else:
         source, overrides = "command line", overrides_of(shlex.join(args.inputs))
     if not overrides:

@@ -64,7 +64,9 @@ def parse_config(config_files: list[str], bindings: list[str]) -> None:
     gin.add_config_file_search_path(str(PRESETS_DIR))
     try:
         gin.parse_config_files_and_bindings(config_files, bindings)
-    except (ValueError, KeyError, SyntaxError, ImportError) as exc:
+    except (ValueError, KeyError, SyntaxError, ImportError, OSError) as exc:
+        # OSError: an `include` of a file gin cannot open (its message names the file
+        # and the folders searched).
         raise UserError(f"bad gin configuration: {exc}{did_you_mean(str(exc))}") from exc
 
 

@@ -87,3 +87,74 @@ def test_an_unknown_sglang_engine_option_stops_before_the_model_loads(tmp_path, 
     err = capsys.readouterr().err
     assert "unknown option(s) ['max_concurency']" in err
     assert "did you mean max_concurrency?" in err and "Traceback" not in err
+
+
+def test_a_missing_gin_include_is_one_message(tmp_path, capsys):
+    config = tmp_path / "run.gin"
+    config.write_text("include 'missing_preset.gin'\n")
+    assert train_main([str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "Unable to open file: missing_preset.gin" in err and "Traceback" not in err
+
+
+def test_engine_options_given_as_a_string_are_one_message(tmp_path, capsys):
+    bindings = {"RolloutConfig.engine_options": "fast"}
+    assert train_main([_config(tmp_path, tmp_path / "no_model", bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "engine_options must be a dict" in err and "got 'fast'" in err
+    assert "['a', 'f', 's', 't']" not in err and "Traceback" not in err
+
+
+def test_one_response_per_prompt_under_grpo_stops_before_the_model_loads(tmp_path, capsys):
+    bindings = {"RolloutConfig.n": 1, "OptimConfig.ppo_mini_batch_size": 4}
+    assert train_main([_config(tmp_path, tmp_path / "no_model", bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "RolloutConfig.n = 1 with AlgorithmConfig.adv_estimator = 'grpo'" in err
+    assert "advantage 0" in err and "reinforce_plus_plus" in err  # one that needs no group
+
+
+def test_epochs_that_make_no_step_are_one_message(tmp_path, tiny_model_dir, capsys):
+    # 32 prompts, 64 per step: one epoch is no step at all.
+    bindings = RUN | {"TrainerConfig.total_epochs": 1, "DataConfig.train_batch_size": 64}
+    del bindings["TrainerConfig.total_steps"]
+    assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "makes no step" in err and "Traceback" not in err
+
+
+def test_zero_steps_on_a_new_folder_says_so(tmp_path, tiny_model_dir, capsys):
+    bindings = RUN | {"TrainerConfig.total_steps": 0}
+    assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 0
+    out = capsys.readouterr().out
+    assert "TrainerConfig.total_steps = 0: nothing to train" in out
+    assert "already holds a run" not in out
+
+
+def test_resume_disabled_on_a_used_folder_is_one_message(tmp_path, tiny_model_dir, capfd):
+    assert train_main([_config(tmp_path, tiny_model_dir, RUN)]) == 0
+    capfd.readouterr()
+    again = RUN | {"TrainerConfig.resume_mode": "disable"}
+    assert train_main([_config(tmp_path, tiny_model_dir, again, "again.gin")]) == 2
+    err = capfd.readouterr().err
+    assert "already holds a run" in err and "overwrite=True" in err
+    assert "Traceback" not in err
+
+
+def test_a_binary_file_given_to_from_verl_is_one_message(tmp_path, capsys):
+    from rlkit.from_verl import main as from_verl_main
+
+    script = tmp_path / "run.sh"
+    script.write_bytes(bytes(range(128, 256)))
+    assert from_verl_main([str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a text file" in err and "Traceback" not in err
+
+
+def test_data_prepare_out_naming_a_file_is_one_message(tmp_path, capsys):
+    from rlkit.data_cli import main as data_main
+
+    target = tmp_path / "train.parquet"
+    target.write_text("")
+    assert data_main(["prepare", "gsm8k", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file; name a folder" in err and "Traceback" not in err

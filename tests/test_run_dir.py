@@ -8,6 +8,7 @@ import json
 import pytest
 
 from rlkit.logging import MetricsLogger, read_metrics, repair_metrics
+from rlkit.trainer.run_dir import RunDirError
 from rlkit.trainer.trainer import RLTrainer
 from tests.experiment_factory import small_experiment
 
@@ -66,7 +67,7 @@ def test_disable_refuses_a_used_directory_unless_overwrite(demo_model_dir, tmp_p
     fresh = {"total_steps": 1, "resume_mode": "disable"}
     RLTrainer(small_experiment(demo_model_dir, out, trainer=fresh)).run()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="overwrite=True"):
+    with pytest.raises(RunDirError, match="overwrite=True"):
         RLTrainer(small_experiment(demo_model_dir, out, trainer=fresh)).run()
     assert _steps(out / "metrics.jsonl") == [0, 1]
 

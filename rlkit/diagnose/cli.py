@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlkit.diagnose.run import DiagnoseError
     from rlkit.train import USER_ERROR_EXIT, UserError, build_config, parse_config, user_error_types
 
     args = build_parser().parse_args(argv)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rlkit diagnose: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
-    except user_error_types() as exc:
+    except (*user_error_types(), DiagnoseError) as exc:
         if args.debug:
             raise
         print(f"rlkit diagnose: {exc}", file=sys.stderr)

@@ -43,6 +43,10 @@ comparison (128 MiB of float32 values, twice that of int64 ids); past it the top
 1024 are compared."""
 
 
+class DiagnoseError(ValueError):
+    """A run ``rlkit diagnose`` cannot compare (named, with what to do instead)."""
+
+
 @dataclass
 class Diagnosis:
     """What ``rlkit diagnose`` found (the JSON report is this, as a dict)."""
@@ -87,7 +91,19 @@ def diagnose(cfg: Any, *, prompts: int = 16, top_k: int | None = None) -> Diagno
 
 class _Diagnoser:
     def __init__(self, trainer: Any, prompts: int, top_k: int | None) -> None:
+        if trainer.world > 1:
+            raise DiagnoseError(
+                "rlkit diagnose runs in one process: start it with `rlkit diagnose` (or "
+                "`python -m rlkit.cli diagnose`), not under `accelerate launch`"
+            )
+        if trainer.train_prompts.multimodal and any(trainer.train_prompts.multimodal):
+            raise DiagnoseError(
+                "rlkit diagnose compares text prompts only; this run's prompts carry "
+                "images. Diagnose the same model on a text dataset (DataConfig) instead"
+            )
         self.trainer, self.cfg = trainer, trainer.cfg
+        # Generating ahead (one_step_off, async) wraps the rollout; diagnose drives it directly.
+        self.rollout = getattr(trainer.rollout, "source", trainer.rollout)
         self.prompts = max(1, min(prompts, len(trainer.train_prompts)))
         self.server = settings.holds_own_weights(self.cfg.rollout.engine)
         precision = lowest_precision([self.cfg.model.dtype, self.cfg.trainer.mixed_precision])
@@ -133,7 +149,7 @@ class _Diagnoser:
         out: dict[str, Any] = {"method": getattr(engine, "weight_check", "none")}
         try:
             out["compared_at_start"] = engine.check_weights(self.trainer.weights)
-            metrics = self.trainer.rollout.sync_weights()
+            metrics = self.rollout.sync_weights()
             out["compared_after_sync"] = metrics.get("weight_sync/params_checked", 0.0)
             out["logprob_probe_max_abs_diff"] = metrics.get("weight_sync/logprob_max_abs_diff")
             out["check_s"] = metrics.get("timing_s/weight_check", 0.0)
@@ -146,7 +162,7 @@ class _Diagnoser:
         self.report.weights = out
 
     def _sampling(self, top_k: int) -> SamplingParams:
-        return replace(self.trainer.rollout.sampling(), n=1, top_logprobs=top_k)
+        return replace(self.rollout.sampling(), n=1, top_logprobs=top_k)
 
     def _tokens(self, prompt_ids: list[list[int]]) -> None:
         batch = self.trainer.engine.generate(prompt_ids, self._sampling(self.top_k))
@@ -215,7 +231,7 @@ class _Diagnoser:
         from rlkit.trainer.builders import tool_schemas
         from rlkit.trainer.timing import PhaseTimer
 
-        rollout = self.trainer.rollout
+        rollout = self.rollout
         params = replace(rollout.sampling(), n=1)
         scored = rollout.generate(self.trainer.train_prompts, indices, params, PhaseTimer())
         trajectories = scored.trajectories

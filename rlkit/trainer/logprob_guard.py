@@ -73,7 +73,9 @@ class LogProbGuard:
             f"trainer computes in; a kernel (ModelConfig.kernel_overrides); an attention "
             f"feature of this model that one side drops (see docs/models.md); or sampling "
             f"settings the engine does not apply to its log-probs (top-k, top-p, "
-            f"temperature). docs/metrics.md says what values are normal"
+            f"temperature). `rlkit diagnose` on this experiment compares the two token by "
+            f"token and names the cause (docs/diagnose.md); docs/metrics.md says what values "
+            f"are normal"
         )
         warnings.warn(message, stacklevel=2)
         return message

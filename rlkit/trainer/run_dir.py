@@ -183,7 +183,7 @@ def refuse_or_clear(out_dir: Path, *, overwrite: bool, is_main: bool) -> None:
     if not holds_a_run(out_dir):
         return
     if not overwrite:
-        raise FileExistsError(
+        raise RunDirError(
             f"{out_dir} already holds a run (checkpoints or metrics.jsonl) and "
             "TrainerConfig.resume_mode='disable' would mix a new run into it. Set "
             "TrainerConfig.overwrite=True to delete the old run's outputs, "

@@ -294,7 +294,12 @@ class RLTrainer:
             val = self.validate()
             self._log(val, self.step_count)
             self._print("before RL: " + _fmt(val))
-        if self.step_count >= t.total_steps:
+        if self.step_count >= t.total_steps and self.resumed_from is None:
+            self._print(
+                f"TrainerConfig.total_steps = {t.total_steps}: nothing to train"
+                + (" (validation only)" if self.val_prompts is not None else "")
+            )
+        elif self.step_count >= t.total_steps:
             warnings.warn(
                 f"{self.out_dir} already holds a run finished at step {self.step_count} "
                 f"(TrainerConfig.total_steps={t.total_steps}): nothing to train. Raise "

@@ -90,6 +90,33 @@ def rollout_problems(rollout: RolloutConfig) -> list[str]:
     return problems
 
 
+def single_response_problems(rollout: RolloutConfig, algorithm: AlgorithmConfig) -> list[str]:
+    """One response per prompt under an estimator that gives a response alone in its group
+    advantage 0 (the ``singleton_group_zero`` property of the estimator kit, which every
+    estimator has unless its registration exempts it): nothing would be learned."""
+    if rollout.n != 1:
+        return []
+    from rlkit.registry import ESTIMATORS, UnknownNameError
+
+    try:
+        entry = ESTIMATORS.entry(algorithm.adv_estimator)
+    except UnknownNameError:
+        return []  # reported by the name check
+    if "singleton_group_zero" in entry.extra.get("properties_exempt", ()):
+        return []
+    able = sorted(
+        e.name
+        for e in ESTIMATORS.describe()
+        if "singleton_group_zero" in e.extra.get("properties_exempt", ())
+    )
+    return [
+        f"RolloutConfig.n = 1 with AlgorithmConfig.adv_estimator = {algorithm.adv_estimator!r}, "
+        f"which compares each response with the others of its prompt: alone in its group, "
+        f"every response gets advantage 0 and nothing is learned. Set RolloutConfig.n >= 2, "
+        f"or use an estimator that needs no group ({', '.join(able)})"
+    ]
+
+
 def source_problems(model: ModelConfig, data: DataConfig) -> list[str]:
     """No model or no training prompts to start from, or a chat template that names
     neither a built-in template nor Jinja text."""

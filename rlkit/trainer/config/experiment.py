@@ -16,6 +16,7 @@ from rlkit.trainer.config.cross_checks import (
     rollout_mode_problems,
     rollout_problems,
     sequence_parallel_problems,
+    single_response_problems,
     source_problems,
     vision_language_problems,
 )
@@ -80,6 +81,7 @@ class ExperimentConfig:
         problems += batch_problems(self.data, self.optim)
         problems += reward_time_problems(self.data)
         problems += rollout_problems(self.rollout)
+        problems += single_response_problems(self.rollout, self.algorithm)
         problems += source_problems(self.model, self.data)
         problems += reward_model_problems(self.reward_model, self.data)
         problems += prime_problems(self.prime)

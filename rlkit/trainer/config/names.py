@@ -142,6 +142,12 @@ def engine_option_check(factory: Any, options: dict[str, Any]) -> None:
     left to check them itself when it names none."""
     import inspect
 
+    if not isinstance(options, dict):
+        raise TypeError(
+            f"RolloutConfig.engine_options must be a dict of the engine's keyword options "
+            f"(e.g. {{'device': 'cpu'}}), got {options!r}"
+        )
+
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
