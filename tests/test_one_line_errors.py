@@ -158,3 +158,11 @@ def test_data_prepare_out_naming_a_file_is_one_message(tmp_path, capsys):
     assert data_main(["prepare", "gsm8k", "--out", str(target)]) == 2
     err = capsys.readouterr().err
     assert "is a file; name a folder" in err and "Traceback" not in err
+
+
+def test_lengths_past_the_models_positions_stop_before_it_loads(tmp_path, tiny_model_dir, capsys):
+    # the tiny model has 512 positions: 64 + 10**9 tokens would allocate for a billion
+    bindings = RUN | {"RolloutConfig.max_response_length": 10**9}
+    assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "= 1000000064 tokens, past the 512 positions" in err and "Traceback" not in err

@@ -210,6 +210,31 @@ def model_family_problems(model: ModelConfig, prime: PrimeConfig) -> list[str]:
     return problems
 
 
+def position_problems(model: ModelConfig, data: DataConfig, rollout: RolloutConfig) -> list[str]:
+    """A prompt and response longer than the policy's positions (``max_position_embeddings``
+    of its ``config.json``, read before anything loads): the model would generate past what
+    it was trained on, or allocate for an absurd length."""
+    import json
+
+    config = Path(model.path) / "config.json" if model.path else None
+    if config is None or not config.is_file():
+        return []
+    try:
+        data_json = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return []  # reported by the model checks
+    text = data_json.get("text_config") or {}
+    limit = data_json.get("max_position_embeddings") or text.get("max_position_embeddings")
+    total = data.max_prompt_length + rollout.max_response_length
+    if not isinstance(limit, int) or total <= limit:
+        return []
+    return [
+        f"DataConfig.max_prompt_length ({data.max_prompt_length}) + "
+        f"RolloutConfig.max_response_length ({rollout.max_response_length}) = {total} tokens, "
+        f"past the {limit} positions of {model.path} (max_position_embeddings): lower them"
+    ]
+
+
 def sequence_parallel_problems(model: ModelConfig, prime: PrimeConfig) -> list[str]:
     """Ulysses settings it cannot honour: no packing, another attention kernel, a
     process count or head count it does not divide, a vision-language model."""

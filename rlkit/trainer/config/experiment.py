@@ -10,6 +10,7 @@ import gin
 from rlkit.trainer.config.cross_checks import (
     batch_problems,
     model_family_problems,
+    position_problems,
     prime_problems,
     reward_model_problems,
     reward_time_problems,
@@ -86,6 +87,7 @@ class ExperimentConfig:
         problems += reward_model_problems(self.reward_model, self.data)
         problems += prime_problems(self.prime)
         problems += model_family_problems(self.model, self.prime)
+        problems += position_problems(self.model, self.data, self.rollout)
         problems += sequence_parallel_problems(self.model, self.prime)
         problems += vision_language_problems(self.model, self.rollout)
         problems += rollout_mode_problems(self)
