@@ -166,3 +166,11 @@ def test_lengths_past_the_models_positions_stop_before_it_loads(tmp_path, tiny_m
     assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 2
     err = capsys.readouterr().err
     assert "= 1000000064 tokens, past the 512 positions" in err and "Traceback" not in err
+
+
+def test_a_training_set_smaller_than_one_batch_is_one_message(tmp_path, tiny_model_dir, capsys):
+    bindings = RUN | {"arithmetic_dataset.limit": 3}  # 3 prompts, 4 per batch
+    assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 2
+    err = capsys.readouterr().err
+    assert "has 3 prompts, fewer than DataConfig.train_batch_size = 4" in err
+    assert "Traceback" not in err

@@ -128,6 +128,23 @@ class StepsConflict(ValueError):
     """``TrainerConfig.total_epochs`` and ``total_steps`` give different run lengths."""
 
 
+def check_batch_fits(data: Any, num_prompts: int) -> None:
+    """Refuse a training set smaller than one batch: every batch would hold the same
+    prompts more than once (GRPO's groups of one prompt split over several groups).
+
+    Raises:
+        PromptDataError: ``num_prompts < DataConfig.train_batch_size``.
+    """
+    from rlkit.data.prompt_dataset import PromptDataError
+
+    if num_prompts < data.train_batch_size:
+        raise PromptDataError(
+            f"the training set has {num_prompts} prompts, fewer than DataConfig."
+            f"train_batch_size = {data.train_batch_size}: every batch would repeat prompts. "
+            f"Lower train_batch_size to at most {num_prompts}, or add prompts"
+        )
+
+
 def total_steps_of(trainer: Any, data: Any, num_prompts: int) -> int:
     """``TrainerConfig.total_steps``, or the steps of ``total_epochs`` passes over
     ``num_prompts`` training prompts when that is set (verl's ``trainer.total_epochs``).

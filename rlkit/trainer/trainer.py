@@ -78,6 +78,7 @@ class RLTrainer:
             cfg.data, "train", self.tokenizer, tools, images
         )
         self._note_skipped("train", skipped)
+        builders.check_batch_fits(cfg.data, len(self.train_prompts))
         cfg.trainer.total_steps = builders.total_steps_of(
             cfg.trainer, cfg.data, len(self.train_prompts)
         )
