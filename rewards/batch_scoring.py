@@ -29,6 +29,7 @@ from typing import Any
 from rewards import hang_report
 from rewards.batched_reward import resolve_reward
 from rewards.context import RewardContext, context_kwargs, fields_read
+from rewards.exit_guard import exit_message, exits_refused
 from rewards.time_limit import RewardTimeout, call_with_time_limit
 from rewards.verl_signature import VerlReward, is_verl_reward
 from rewards.worker_pool import DEADLINE_MESSAGE, CallResult, RewardWorkerPool
@@ -205,12 +206,15 @@ def _score_calls(
                 continue
             limit = remaining if limit is None else min(limit, remaining)
         try:
-            value = call_with_time_limit(
-                fn, limit, response, ground_truth, _hard_limit_s=hard_limit_s, **extra
-            )
+            with exits_refused():
+                value = call_with_time_limit(
+                    fn, limit, response, ground_truth, _hard_limit_s=hard_limit_s, **extra
+                )
             results.append(CallResult("ok", value))
         except RewardTimeout:
             results.append(CallResult("timeout", message="time limit exceeded"))
+        except SystemExit as exc:  # sys.exit / os._exit: the row's error, not the run's end
+            results.append(CallResult("error", message=exit_message(exc)))
         except Exception as exc:
             results.append(CallResult("error", message=f"{type(exc).__name__}: {exc}"))
     return results
@@ -383,10 +387,15 @@ def _score_batched(
         ]
     limit = None if timeout_s is None else timeout_s * count
     try:
-        values = call_with_time_limit(fn, limit, list(contexts), **options)
+        with exits_refused():
+            values = call_with_time_limit(fn, limit, list(contexts), **options)
     except RewardTimeout:
         message = f"batched reward {label!r} ran past its limit of {limit:g} s ({count} rows)"
         return [CallResult("timeout", message=message)] * count
+    except SystemExit as exc:
+        return [
+            CallResult("error", message=f"batched reward {label!r}: {exit_message(exc)}")
+        ] * count
     except Exception as exc:
         message = f"batched reward {label!r} raised {type(exc).__name__}: {exc}"
         return [CallResult("error", message=message)] * count

@@ -206,3 +206,32 @@ def test_a_reward_module_that_exits_when_imported_is_named(
     line = _one_message(err)
     assert "DataConfig.reward" in line and f"ended the process (exit status {status})" in line
     assert not (tmp_path / "run").exists()  # stopped before anything was written
+
+
+@pytest.mark.parametrize(
+    ("call", "shown"),
+    [
+        ("os._exit(0)", "os._exit(0)"),  # exit status 0: a sweep would count it a success
+        ("sys.exit(3)", "sys.exit(3)"),  # SystemExit is no Exception: it escaped the guard
+    ],
+)
+def test_a_reward_that_exits_when_called_in_process_is_named(tmp_path, tiny_model_dir, call, shown):
+    reward = tmp_path / "exiting_reward.py"
+    reward.write_text(
+        f"import os, sys\n\ndef score(response, ground_truth, **extra):\n    {call}\n"
+    )
+    gin_file = tmp_path / "experiment.gin"
+    bindings = ONE_STEP | {"DataConfig.reward": f"{reward}:score", "DataConfig.reward_workers": 0}
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
+    # Its own process: a guard that failed would end the test runner itself.
+    done = subprocess.run(
+        [sys.executable, "-m", "rlkit.train", str(gin_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
+    assert f"the reward called {shown}" in lines[0] and "exiting_reward.py:score" in lines[0]
+    assert "on row 0 (prompt '" in lines[0]  # the row, by its prompt's id

@@ -179,17 +179,26 @@ class RewardFailure(RuntimeError):
     """Too many of a batch's reward calls failed (``DataConfig.max_reward_failure_rate``)."""
 
 
-def check_failure_rate(result: Any, max_rate: float) -> None:
+def check_failure_rate(
+    result: Any, max_rate: float, reward: str = "", row_names: list[str] | None = None
+) -> None:
     """Stop when at least ``max_rate`` of the batch's reward calls raised or timed out: a
-    reward that fails everywhere would otherwise train on a constant 0."""
+    reward that fails everywhere would otherwise train on a constant 0. The message names
+    ``reward`` (``DataConfig.reward``) and the first failing row (``row_names``: a name
+    per row, e.g. its prompt's id)."""
     failed = result.num_errors + result.num_timeouts
     if not result.scores or failed < max_rate * len(result.scores):
         return
-    first = next((i["error"] for i in result.infos if "error" in i), "")
+    where = next((i for i, info in enumerate(result.infos) if "error" in info), None)
+    first = result.infos[where]["error"] if where is not None else ""
+    row = ""
+    if where is not None and row_names is not None and where < len(row_names):
+        row = f" on row {where} ({row_names[where]})"
+    named = f"DataConfig.reward = {reward!r}: " if reward else ""
     raise RewardFailure(
-        f"{failed} of {len(result.scores)} reward calls failed ({result.num_errors} errors, "
-        f"{result.num_timeouts} timeouts), at least DataConfig.max_reward_failure_rate = "
-        f"{max_rate:g} of them; the first: {first}"
+        f"{named}{failed} of {len(result.scores)} reward calls failed ({result.num_errors} "
+        f"errors, {result.num_timeouts} timeouts), at least DataConfig.max_reward_failure_rate "
+        f"= {max_rate:g} of them; the first{row}: {first}"
     )
 
 
@@ -266,7 +275,11 @@ def score_rollout(
         # A call SIGALRM cannot interrupt ends the run (with a message) a whole limit late.
         hard_limit_s=None if d.reward_timeout_s is None else d.reward_timeout_s + 5.0,
     )
-    check_failure_rate(result, d.max_reward_failure_rate)
+    row_names = [
+        f"prompt {prompts.ids[t.prompt_index]!r}" if t.prompt_index < len(prompts.ids) else ""
+        for t in trajectories
+    ]
+    check_failure_rate(result, d.max_reward_failure_rate, str(d.reward), row_names)
     scores = [float(s) for s in result.scores]
     acc = [float(info.get("acc", s > 0)) for s, info in zip(scores, result.infos)]
     # Counters add up over processes and generation batches; the fields' means are
