@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shlex
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -228,14 +231,46 @@ def interrupted_message(argv: list[str], config: ExperimentConfig | None, traine
     )
 
 
+def _announce_sigterm(argv: list[str], state: dict[str, Any]) -> bool:
+    """On SIGTERM, say where the run stopped and how to go on (as for Ctrl-C), then die of
+    the signal as before (exit status 143 in a shell). Only where SIGTERM has its default
+    action: a handler someone installed, or an ignored signal, is left alone. Returns
+    whether the handler was installed (:func:`main` puts the default back when it
+    returns)."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return False
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        text = interrupted_message(argv, state.get("config"), state.get("trainer"))
+        text = text.replace(": interrupted", ": terminated (SIGTERM)", 1)
+        os.write(2, (text + "\n").encode())
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    config, progress = None, {}
+    progress: dict[str, Any] = {}
+    announcing = _announce_sigterm(argv, progress)
+    try:
+        return _main(args, argv, progress)
+    finally:
+        if announcing and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _main(args: argparse.Namespace, argv: list[str], progress: dict[str, Any]) -> int:
+    config = None
     try:
         gin.clear_config()
         parse_config(args.configs, args.gin_param)
-        config = build_config()
+        config = progress["config"] = build_config()
         run_training(config, progress)
     except UserError as exc:
         if args.debug:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gin
@@ -235,3 +237,39 @@ def test_a_reward_that_exits_when_called_in_process_is_named(tmp_path, tiny_mode
     assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
     assert f"the reward called {shown}" in lines[0] and "exiting_reward.py:score" in lines[0]
     assert "on row 0 (prompt '" in lines[0]  # the row, by its prompt's id
+
+
+def test_sigterm_says_where_the_run_stopped(tmp_path, tiny_model_dir):
+    gin_file = tmp_path / "experiment.gin"
+    bindings = ONE_STEP | {"TrainerConfig.total_steps": 500, "TrainerConfig.save_freq": 0}
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "rlkit.train", str(gin_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.stat().st_size) and time.monotonic() < deadline:
+        assert run.poll() is None, run.stderr.read()[-2000:]
+        time.sleep(0.5)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == -signal.SIGTERM  # it still dies of the signal: 143 in a shell
+    assert "rlkit train: terminated (SIGTERM) at step" in err
+    assert "no checkpoint in" in err  # and says what a new run of the command would do
+
+
+def test_an_ignored_ctrl_c_during_a_checkpoint_write_announces_nothing(capsys):
+    from rlkit.trainer.checkpoint import _interrupt_after_write
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under `nohup` or `&`
+    try:
+        with _interrupt_after_write("global_step_1"):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "stopping after checkpoint" not in capsys.readouterr().err

@@ -411,6 +411,11 @@ def _interrupt_after_write(name: str) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Started with Ctrl-C ignored (`nohup`, `&` in a script): a SIGINT stops nothing,
+        # so nothing is held and no stop is announced.
+        yield
+        return
     caught: list[int] = []
 
     def hold(signum: int, frame: Any) -> None:
