@@ -21,6 +21,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from tokenize import TokenError
 from typing import TYPE_CHECKING, Any
 
 import gin
@@ -67,9 +68,9 @@ def parse_config(config_files: list[str], bindings: list[str]) -> None:
     gin.add_config_file_search_path(str(PRESETS_DIR))
     try:
         gin.parse_config_files_and_bindings(config_files, bindings)
-    except (ValueError, KeyError, SyntaxError, ImportError, OSError) as exc:
+    except (ValueError, KeyError, SyntaxError, ImportError, OSError, TokenError) as exc:
         # OSError: an `include` of a file gin cannot open (its message names the file
-        # and the folders searched).
+        # and the folders searched); TokenError: a bracket left open at the end of a file.
         raise UserError(f"bad gin configuration: {exc}{did_you_mean(str(exc))}") from exc
 
 

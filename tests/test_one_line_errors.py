@@ -174,3 +174,12 @@ def test_a_training_set_smaller_than_one_batch_is_one_message(tmp_path, tiny_mod
     err = capsys.readouterr().err
     assert "has 3 prompts, fewer than DataConfig.train_batch_size = 4" in err
     assert "Traceback" not in err
+
+
+def test_a_bracket_left_open_in_a_gin_file_is_one_message(tmp_path, capsys):
+    config = tmp_path / "run.gin"
+    config.write_text("ModelConfig.path = (\n")
+    assert train_main([str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "bad gin configuration" in err and "EOF in multi-line statement" in err
+    assert "Traceback" not in err

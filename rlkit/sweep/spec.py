@@ -38,6 +38,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import gin
@@ -312,7 +313,7 @@ def parse_sweep_file(path: str | Path, bindings: Sequence[str] = ()) -> SweepSpe
     try:
         gin.parse_config_files_and_bindings([str(path)], list(bindings))
         return SweepSpec()
-    except (ValueError, KeyError, SyntaxError, TypeError, OSError) as exc:
+    except (ValueError, KeyError, SyntaxError, TypeError, OSError, TokenError) as exc:
         message = " ".join(str(exc).split())  # gin adds the location on further lines
         raise SweepError(f"bad sweep file {path}: {message}") from exc
     finally:
