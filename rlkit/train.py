@@ -151,7 +151,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         WeightMismatchError,
     )
     from rlkit.trainer.builders import StepsConflict
-    from rlkit.trainer.checkpoint import CheckpointError
+    from rlkit.trainer.checkpoint import CheckpointError, CheckpointSpaceError
     from rlkit.trainer.data_contract import DataContractError
     from rlkit.trainer.rollout_source import NoUpdateError
     from rlkit.trainer.run_dir import RunDirError
@@ -165,6 +165,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         UnknownDataSourceError,
         StepsConflict,
         CheckpointError,  # a damaged checkpoint
+        CheckpointSpaceError,  # a full disk while a checkpoint was written
         RunDirError,  # output_dir not writable, or in use by another run
         NoUpdateError,  # DAPO's group filter kept nothing in any step
         ServerStartError,  # an inference server not installed, unreachable or not starting

@@ -273,3 +273,30 @@ def test_an_ignored_ctrl_c_during_a_checkpoint_write_announces_nothing(capsys):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert "stopping after checkpoint" not in capsys.readouterr().err
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_message_and_leaves_no_partial_one(
+    tmp_path, tiny_model_dir
+):
+    # A real full disk: a 2 MiB tmpfs, mounted in a mount namespace of its own (gone when
+    # the command ends). One checkpoint of the tiny model (1.4 MiB) fits, the second not.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    bindings = ONE_STEP | {"TrainerConfig.save_freq": 1, "TrainerConfig.total_steps": 2}
+    gin_file = tmp_path / "experiment.gin"
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, disk / "run", bindings))
+    script = (
+        f"mount -t tmpfs -o size=2m tmpfs {disk} && "
+        f"{sys.executable} -m rlkit.train {gin_file}; echo status=$?; "
+        f"ls -a {disk}/run/checkpoints"
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert "status=2" in done.stdout, done.stderr[-3000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-3000:]
+    assert "no space left on device while writing checkpoint global_step_2" in lines[0]
+    assert "global_step_1 is still the latest" in lines[0]
+    listed = done.stdout.split()
+    assert "global_step_1" in listed and ".tmp-global_step_2" not in listed  # removed

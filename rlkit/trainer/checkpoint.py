@@ -53,6 +53,17 @@ class CheckpointError(Exception):
     or they do not load): a user-facing problem, reported as one message."""
 
 
+class CheckpointSpaceError(OSError):
+    """A checkpoint write that ran out of disk space (``ENOSPC``): the partial checkpoint
+    was deleted, the previous one is still the latest. Reported as one message."""
+
+
+FULL_DISK_BYTES = 1 << 20
+"""Free bytes under which a failed write is put down to a full disk. Some writers do not
+report ``ENOSPC`` itself: torch's zip writer says only ``unexpected pos``, and
+``torch.distributed.checkpoint`` wraps it in its own exception."""
+
+
 def file_digest(path: Path) -> str:
     """The SHA-256 hex digest of a file's bytes."""
     digest = hashlib.sha256()
@@ -205,7 +216,7 @@ class CheckpointManager:
 
         with _interrupt_after_write(final.name):
             for part in (make_dirs, write_shards, finish, publish):
-                failure = self._agree(_attempt(part))
+                failure = self._agree(_attempt(part, tmp))
                 if failure is not None:
                     # A partial checkpoint only takes space (it is never loaded: no
                     # COMPLETE marker in a final directory); delete it so the disk holds
@@ -230,7 +241,7 @@ class CheckpointManager:
     def _raise(self, failure: tuple, final: Path, tmp: Path) -> None:
         no_space, message, exc = failure
         if no_space:
-            raise OSError(
+            raise CheckpointSpaceError(
                 errno.ENOSPC,
                 f"no space left on device while writing checkpoint {final.name} into "
                 f"{tmp}; the partial checkpoint was deleted and {self.latest_name()} is "
@@ -434,13 +445,26 @@ def _interrupt_after_write(name: str) -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _attempt(part: Any) -> tuple[bool, str, BaseException] | None:
-    """Run ``part()``; a write failure as ``(no space?, message, exception)``."""
+def _attempt(part: Any, where: Path) -> tuple[bool, str, BaseException] | None:
+    """Run ``part()``; a write failure as ``(no space?, message, exception)``. A failure
+    with less than :data:`FULL_DISK_BYTES` free at ``where`` counts as a full disk."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         part()
-    except (OSError, RuntimeError) as exc:  # torch.save reports some I/O as RuntimeError
-        return _is_no_space(exc), f"{type(exc).__name__}: {exc}", exc
+    # torch.save reports some I/O as RuntimeError; DCP wraps its writers' errors in
+    # CheckpointException, a BaseException.
+    except (OSError, RuntimeError, CheckpointException) as exc:
+        return _is_no_space(exc) or _disk_full(where), f"{type(exc).__name__}: {exc}", exc
     return None
+
+
+def _disk_full(where: Path) -> bool:
+    path = where if where.exists() else where.parent
+    try:
+        return shutil.disk_usage(path).free < FULL_DISK_BYTES
+    except OSError:
+        return False
 
 
 def _is_no_space(exc: BaseException) -> bool:
