@@ -138,3 +138,15 @@ def test_unparsable_metrics_lines_are_quarantined_on_resume(capfd, finished_run,
     assert (out / "metrics.quarantined.jsonl").read_bytes() == garbage + not_utf8
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_every_checkpoint_damaged_stops_instead_of_starting_over(capfd, finished_run, tmp_path):
+    out = _copy(finished_run, tmp_path)
+    for step in (1, 2):
+        _flip_a_byte(out / "checkpoints" / f"global_step_{step}")
+    before = (out / "metrics.jsonl").read_text()
+    status, _, err = _train(capfd, out)  # on_corrupt_checkpoint = "fallback" (the default)
+    assert status == 2
+    assert "every checkpoint in" in err and "global_step_2, global_step_1" in err
+    assert "start over from step 0" in err and "Traceback" not in err
+    assert (out / "metrics.jsonl").read_text() == before  # the old metrics are kept

@@ -301,6 +301,7 @@ class CheckpointManager:
         return self._intact[0]
 
     def _find_intact(self, on_corrupt: str) -> Path | None:
+        damaged = []
         for path in self.complete():
             try:
                 verify_checkpoint(path)
@@ -311,8 +312,18 @@ class CheckpointManager:
                         "TrainerConfig.on_corrupt_checkpoint = 'fallback'"
                     ) from None
                 warnings.warn(f"{exc}; trying an older checkpoint", stacklevel=3)
+                damaged.append(path.name)
                 continue
             return path
+        if damaged:
+            # Falling back past the oldest would restart from step 0 and write over the
+            # run's metrics: the user decides that, not the fallback.
+            raise CheckpointError(
+                f"every checkpoint in {self.root} is damaged ({', '.join(damaged)}): "
+                f"resuming would start over from step 0 and drop the run's metrics. Move "
+                f"the run aside, or start over in place with TrainerConfig.resume_mode = "
+                f"'disable' and overwrite = True"
+            )
         return None
 
     def latest(self) -> Path | None:
