@@ -31,7 +31,13 @@ from typing import Any
 
 import torch
 
-from rlkit.trainer.checkpoint import COMPLETE, LATEST, CheckpointError, verify_checkpoint
+from rlkit.trainer.checkpoint import (
+    COMPLETE,
+    LATEST,
+    CheckpointError,
+    unreadable_as_error,
+    verify_checkpoint,
+)
 from rlkit.trainer.run_dir import RESOLVED_CONFIG
 
 ACTOR = "actor"
@@ -178,11 +184,8 @@ def export_checkpoint(
             "pass --model with a copy of it (its config.json gives the architecture)"
         )
     gguf_file = None if model_path != run.get("path") else run.get("gguf_file")
-    try:
+    with unreadable_as_error(ckpt):  # a damaged shard without a manifest to say so
         actor_state = load_actor_state(ckpt)
-    except (RuntimeError, EOFError) as exc:  # a damaged shard without a manifest to say so
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise CheckpointError(f"checkpoint {ckpt} cannot be read ({first})") from exc
     state = hf_state_dict(actor_state, lora_alpha=float(run.get("lora_alpha") or 16))
 
     config = AutoConfig.from_pretrained(model_path, gguf_file=gguf_file)

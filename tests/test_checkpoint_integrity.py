@@ -150,3 +150,52 @@ def test_every_checkpoint_damaged_stops_instead_of_starting_over(capfd, finished
     assert "every checkpoint in" in err and "global_step_2, global_step_1" in err
     assert "start over from step 0" in err and "Traceback" not in err
     assert (out / "metrics.jsonl").read_text() == before  # the old metrics are kept
+
+
+def test_a_truncated_shard_without_a_manifest_is_one_message(capfd, finished_run, tmp_path):
+    out = _copy(finished_run, tmp_path)
+    ckpt = out / "checkpoints" / "global_step_2"
+    (ckpt / MANIFEST).unlink()  # as saved by an older rlkit: nothing checks the bytes first
+    shard = max((p for p in ckpt.rglob("*.distcp")), key=lambda p: p.stat().st_size)
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 3])
+    status, _, stderr = _train(capfd, out)
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "global_step_2 cannot be read" in stderr.strip().splitlines()[-1]
+
+
+def test_a_checkpoint_of_another_model_is_one_message(capfd, finished_run, tmp_path):
+    from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
+
+    out = _copy(finished_run, tmp_path)
+    other = build_tiny_qwen2(tmp_path / "other", train_byte_tokenizer(), hidden_size=32, seed=1)
+    checkpoint = out / "checkpoints" / "global_step_2"
+    gin_file = tmp_path / "other.gin"
+    gin_file.write_text(
+        arithmetic_gin(
+            other,
+            tmp_path / "other_run",
+            BINDINGS
+            | {"TrainerConfig.total_steps": 3, "TrainerConfig.resume_mode": str(checkpoint)},
+        )
+    )
+    capfd.readouterr()
+    status = train_cli([str(gin_file)])
+    stderr = capfd.readouterr().err
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "global_step_2 cannot be read" in stderr.strip().splitlines()[-1]
+
+
+def test_export_of_a_truncated_shard_without_a_manifest_is_one_message(
+    capfd, finished_run, tmp_path
+):
+    out = _copy(finished_run, tmp_path)
+    ckpt = out / "checkpoints" / "global_step_2"
+    (ckpt / MANIFEST).unlink()
+    for shard in ckpt.rglob("*.distcp"):
+        shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 3])
+    capfd.readouterr()
+    status = export.main([str(out), str(tmp_path / "hf")])
+    stderr = capfd.readouterr().err
+    assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+    assert "global_step_2 cannot be read" in stderr
+    assert not (tmp_path / "hf").exists()

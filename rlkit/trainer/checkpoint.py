@@ -355,9 +355,9 @@ class CheckpointManager:
                 raise FileNotFoundError(
                     f"checkpoint {path} has no '{name}' state; was it saved by this experiment?"
                 )
-            with _unreadable_as_error(path):
+            with unreadable_as_error(path):
                 self.backend.load_sharded(str(path / name), module, optimizer)
-        with _unreadable_as_error(path):
+        with unreadable_as_error(path):
             trainer_state = torch.load(path / "trainer_state.pt", weights_only=False)
             return trainer_state, self._rng_state(path)
 
@@ -406,17 +406,29 @@ class CheckpointManager:
 
 
 @contextlib.contextmanager
-def _unreadable_as_error(path: Path) -> Iterator[None]:
+def unreadable_as_error(path: Path) -> Iterator[None]:
     """Turn a file of ``path`` that does not load (truncated, garbled: torch reports
     ``PytorchStreamReader failed reading ...``) into a :class:`CheckpointError` naming it."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
     try:
         yield
-    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except (RuntimeError, EOFError, pickle.UnpicklingError, ValueError, CheckpointException) as exc:
+        first = _first_line(exc)
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({first}): it is damaged (delete it to "
             "resume from an older checkpoint) or was not saved by this experiment"
         ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of what went wrong; for ``torch.distributed.checkpoint``'s wrapper (a
+    ``CheckpointException`` holding each rank's error), the first rank's error's."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        exc = next(iter(failures.values()))[0]
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextlib.contextmanager
