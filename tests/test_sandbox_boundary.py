@@ -20,7 +20,7 @@ import pytest
 
 from rewards.code_unit_tests import code_unit_tests
 from rlkit.tools.isolation import isolation_mode
-from rlkit.tools.python_sandbox import PythonSandbox, SandboxResult, is_alive
+from rlkit.tools.python_sandbox import CALL_UIDS, PythonSandbox, SandboxResult, is_alive
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the sandbox reads /proc and uses rlimits"
@@ -67,8 +67,11 @@ def test_the_mode_line_names_the_mode_and_its_guarantees():
 def test_the_mode_in_use_is_reported(box):
     result = run(box, "print('hi')")
     assert result.status == "ok" and result.mode in ("process", "bubblewrap")
-    if ROOT:
-        assert result.uid == 65534  # root's code runs as nobody in either mode
+    if ROOT and result.mode == "bubblewrap":
+        assert result.uid == 65534  # root's code runs as nobody inside the namespaces
+    elif ROOT:  # without them, as a user of its own per call, not nobody
+        first, count = CALL_UIDS
+        assert first <= result.uid < first + count
 
 
 @pytest.mark.skipif(not ROOT, reason="only root can read /etc/shadow to begin with")
@@ -193,3 +196,21 @@ def test_the_code_reward_holds_the_same_boundary(tmp_path):
     result = code_unit_tests(solution, cases, case_timeout_s=5)
     assert result["score"] == 1.0, result["failure"]
     assert not target.exists() or not ROOT
+
+
+@pytest.mark.skipif(not ROOT, reason="without root every call runs as the caller's user")
+def test_kill_minus_one_in_one_call_spares_a_call_running_beside_it(box):
+    import threading
+
+    survivor: list[SandboxResult] = []
+    waiting = threading.Thread(
+        target=lambda: survivor.append(
+            run(box, "import time\ntime.sleep(2.5)\nprint('alive')", timeout_s=10)
+        )
+    )
+    waiting.start()
+    time.sleep(1.0)  # the first call is running
+    killer = run(box, "import os, signal\nos.kill(-1, signal.SIGKILL)\nprint('sent')")
+    waiting.join()
+    assert killer.status in ("ok", "error")
+    assert survivor[0].status == "ok" and survivor[0].output.strip() == "alive", survivor[0]

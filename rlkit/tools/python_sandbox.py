@@ -25,7 +25,8 @@ What contains it (see :class:`PythonSandbox` for the numbers):
 * Processes: ``RLIMIT_NPROC`` bounds the processes and threads of the sandbox's user
   when that user is not root (the kernel does not enforce it for root). When the
   caller is root and the interpreter is reachable by others, the sandbox runs as
-  ``nobody`` (uid 65534) so that the limit holds and the code cannot signal or read
+  a user id of its own for each call (:data:`CALL_UIDS`; ``nobody`` inside bubblewrap) so
+  that the limit holds and the code cannot signal or read
   root's processes and files; otherwise (root, interpreter under ``/root``) a
   watchdog counts the session's processes (at most 50 ms apart) and kills the
   group past ``max_processes``.
@@ -48,6 +49,7 @@ environment escapes the clean-up.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import os
@@ -71,8 +73,16 @@ from rlkit.tools.isolation import bubblewrap_argv, bubblewrap_problem, exit_stat
 
 logger = logging.getLogger(__name__)
 
-#: The uid / gid the sandbox runs as when the caller is root (``nobody``).
+#: The uid / gid the sandbox runs as inside bubblewrap when the caller is root (``nobody``).
 NOBODY = 65534
+#: Without bubblewrap, as root: each call runs as a user id of its own, taken from this
+#: range (``first``, ``count``), and nobody else's. A user may signal every process of its
+#: own uid: code that runs ``os.kill(-1, 9)`` as ``nobody`` would kill every other call
+#: running as ``nobody`` at the same time. The ids have no passwd entry and own nothing
+#: but the call's scratch directory.
+CALL_UIDS = (1_900_000_000, 1_000_000)
+_call_numbers = itertools.count()
+_call_numbers_lock = threading.Lock()
 #: Name of the environment variable that marks a call's processes.
 MARKER_VARIABLE = "RLKIT_SANDBOX_ID"
 #: Exit code of the bootstrap when the code ended with an uncaught ``MemoryError``.
@@ -243,6 +253,16 @@ def _kill_all(sid: int, marker: bytes) -> None:
     logger.warning("python sandbox: processes of session %d survived SIGKILL", sid)
 
 
+def _call_uid() -> int:
+    """A user id for one call (:data:`CALL_UIDS`): this process's calls take ids in turn, and
+    processes start at ids apart by their pid, so calls running at once, in this process
+    or another trainer's, do not share one."""
+    with _call_numbers_lock:
+        number = next(_call_numbers)
+    first, count = CALL_UIDS
+    return first + (os.getpid() * 1009 + number) % count
+
+
 def _tasks_of(uid: int) -> int:
     """Processes and threads whose real uid is ``uid`` (what RLIMIT_NPROC counts)."""
     total = 0
@@ -341,7 +361,8 @@ class PythonSandbox:
         max_file_bytes: ``RLIMIT_FSIZE``, largest file written (16 MiB), output included.
         max_open_files: ``RLIMIT_NOFILE``.
         max_output_bytes: output bytes read back (1 MiB); the rest is counted, not read.
-        user: ``"auto"`` (``nobody`` when the caller is root and the interpreter is
+        user: ``"auto"`` (as root: ``nobody`` under bubblewrap, a user id of its own per
+            call without it, when the interpreter is
             reachable by others, else the caller's user), ``None`` (always the
             caller's), a user name or a uid (the caller must be root).
         executable: the interpreter; default ``sys.executable``.
@@ -400,11 +421,11 @@ class PythonSandbox:
         return "process" if problem else "bubblewrap"
 
     def _interpreter(self, mode: str) -> str:
-        """The interpreter to run: as root without bubblewrap, one ``nobody`` can reach.
+        """The interpreter to run: as root without bubblewrap, one other users can reach.
 
         A same-version system interpreter replaces an unreachable one (a pyenv or uv
         install under ``/root``) when only the standard library is needed, so that the
-        code still runs as ``nobody`` rather than as root.
+        code still runs as a user of its own rather than as root.
         """
         exe = self.executable or sys.executable
         if mode == "bubblewrap" or self.executable or self.site_packages:
@@ -427,7 +448,8 @@ class PythonSandbox:
             same = os.path.realpath(exe) == os.path.realpath(sys.executable)
             needed = [exe, sysconfig.get_path("stdlib")] if same else [exe]
             if _reachable_by_others(*needed):
-                return NOBODY, NOBODY
+                uid = _call_uid()
+                return uid, uid
             _unreachable.add(exe)
             _warn_once(
                 exe,
@@ -499,7 +521,7 @@ class PythonSandbox:
                 if self.user != "auto" or identity is None or mode == "bubblewrap":
                     raise ToolError(f"Error: the Python sandbox could not start: {exc}") from exc
                 _unreachable.add(exe)  # the reachability check was wrong: run as the caller
-                _warn_once(exe, "python tool: cannot start %s as nobody (%s)", exe, exc)
+                _warn_once(exe, "python tool: cannot start %s as a user of its own (%s)", exe, exc)
                 proc, uid, token = self._start(exe, None, paths, limit, settings, mode)
             marker = f"{MARKER_VARIABLE}={token}".encode()
             try:
@@ -707,7 +729,9 @@ def _system_twin(exe: str) -> str | None:
     for folder in ("/usr/bin", "/usr/local/bin"):
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and _reachable_by_others(candidate):
-            _warn_once(exe, "python tool: %s is not reachable by nobody; using %s", exe, candidate)
+            _warn_once(
+                exe, "python tool: %s is not reachable by other users; using %s", exe, candidate
+            )
             return candidate
     return None
 
