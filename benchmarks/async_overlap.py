@@ -92,7 +92,7 @@ def run_mode(args: argparse.Namespace, mode: str, model_dir: Path, url: str, out
     cfg = small_experiment(
         model_dir,
         out,
-        data={"train_batch_size": args.prompts, "max_prompt_length": 64, "reward_workers": 1},
+        data={"train_batch_size": args.prompts, "max_prompt_length": 32, "reward_workers": 1},
         rollout={
             "engine": "sglang",
             "engine_options": {

@@ -113,13 +113,15 @@ def test_one_response_per_prompt_under_grpo_stops_before_the_model_loads(tmp_pat
     assert "advantage 0" in err and "reinforce_plus_plus" in err  # one that needs no group
 
 
-def test_epochs_that_make_no_step_are_one_message(tmp_path, tiny_model_dir, capsys):
-    # 32 prompts, 64 per step: one epoch is no step at all.
+def test_epochs_over_a_batch_larger_than_the_data_are_one_message(tmp_path, tiny_model_dir, capsys):
+    # 32 prompts, 64 per step: one epoch would be no step at all (it trained nothing and
+    # exited 0); a training set smaller than one batch is refused before any step.
     bindings = RUN | {"TrainerConfig.total_epochs": 1, "DataConfig.train_batch_size": 64}
     del bindings["TrainerConfig.total_steps"]
     assert train_main([_config(tmp_path, tiny_model_dir, bindings)]) == 2
     err = capsys.readouterr().err
-    assert "makes no step" in err and "Traceback" not in err
+    assert "has 32 prompts, fewer than DataConfig.train_batch_size = 64" in err
+    assert "Traceback" not in err
 
 
 def test_zero_steps_on_a_new_folder_says_so(tmp_path, tiny_model_dir, capsys):

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _problems(model_dir: Path, **model) -> str:
     cfg = ExperimentConfig(
         model=ModelConfig(path=str(model_dir), **model),
-        data=DataConfig(train_files="train.jsonl"),
+        data=DataConfig(train_files="train.jsonl", max_prompt_length=64),
     )
     with pytest.raises(ValueError) as caught:
         cfg.validate()

@@ -155,12 +155,6 @@ def total_steps_of(trainer: Any, data: Any, num_prompts: int) -> int:
     if trainer.total_epochs is None:
         return trainer.total_steps
     steps = trainer.total_epochs * num_prompts // data.train_batch_size
-    if steps == 0:
-        raise StepsConflict(
-            f"TrainerConfig.total_epochs = {trainer.total_epochs} over {num_prompts} training "
-            f"prompts at DataConfig.train_batch_size = {data.train_batch_size} makes no step: "
-            f"lower train_batch_size, raise total_epochs or add prompts"
-        )
     if trainer.total_steps not in (10, steps):  # 10: total_steps left at its default
         raise StepsConflict(
             f"TrainerConfig.total_epochs = {trainer.total_epochs} makes {steps} steps "

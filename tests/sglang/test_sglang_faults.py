@@ -156,3 +156,38 @@ def test_no_server_left_raises_a_clear_error_after_bounded_retries():
         attached.close()
         hole.close()
     assert time.monotonic() - start < 30
+
+
+def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(
+    engine_serving_again, hf_models
+):
+    engine = engine_serving_again
+    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=60))
+    _, victim = engine.pool.endpoints
+    restarts = victim.restarts
+    budget = engine.pool.max_restarts  # the mid-rollout test above may have used it up
+    engine.pool.max_restarts = restarts + 1
+    original = engine._load
+
+    def kill_then_load(weights, version, targets):
+        del engine._load  # once: the retry loads normally
+        os.killpg(victim.server.process.pid, signal.SIGKILL)
+        wait_until(lambda: not victim.server.alive, 60, "the killed server is gone")
+        return original(weights, version, targets)
+
+    engine._load = kill_then_load
+    try:
+        metrics = engine.sync_weights(LocalPolicyWeights(hf_models["b"], version=61))
+    finally:
+        engine.__dict__.pop("_load", None)
+        engine.pool.max_restarts = budget
+    # The sync went on without the dead server, which was restarted (with the old weights)
+    # and then synced again: both serve policy b, and it shows in the step's metrics.
+    assert metrics["weight_sync/retries"] == 1.0
+    assert victim.restarts == restarts + 1 and victim.usable
+    assert all(e.usable for e in engine.pool.endpoints)
+    batch = engine.generate(
+        [[1, 3 + i, 40 + i] for i in range(16)], SamplingParams(max_new_tokens=8, n=2)
+    )
+    assert max_rollout_diff(batch, hf_models["b"], 1.0) < 1e-4
+    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=62))

@@ -51,3 +51,42 @@ def test_killing_the_server_mid_rollout_loses_no_prompt(engine, hf_models):
     assert max_rollout_diff(batch, hf_models["b"], 1.0) < 1e-4
     time.sleep(1.0)
     assert not [p for p in tree if alive(p)], "the killed server left processes behind"
+
+
+def _killed_at_the_next_load(engine, victim):
+    """``engine``'s next ``_load`` first kills ``victim``'s whole process tree (a server
+    dying during a weight sync), then runs as usual; later loads run as usual."""
+    original = engine._load
+
+    def kill_then_load(weights, version, targets):
+        del engine._load  # once: the retry loads normally
+        os.killpg(victim.server.process.pid, signal.SIGKILL)
+        wait_until(lambda: not victim.server.alive, 60, "the killed server is gone")
+        return original(weights, version, targets)
+
+    engine._load = kill_then_load
+
+
+def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(engine, hf_models):
+    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=50))
+    (victim,) = engine.pool.endpoints
+    restarts = victim.restarts
+    budget = engine.pool.max_restarts  # the mid-rollout test above used one restart
+    engine.pool.max_restarts = restarts + 1
+    _killed_at_the_next_load(engine, victim)
+    try:
+        metrics = engine.sync_weights(LocalPolicyWeights(hf_models["b"], version=51))
+        # Pushed again to the restarted server, then checked as every sync is.
+        assert metrics["weight_sync/retries"] == 1.0
+        assert victim.restarts == restarts + 1 and victim.usable
+        assert metrics["weight_sync/params_checked"] > 0
+        assert metrics["weight_sync/logprob_max_abs_diff"] < 1e-3
+        batch = engine.generate(
+            [[1, 3 + i, 40 + i] for i in range(8)], SamplingParams(max_new_tokens=8, n=2)
+        )
+        assert max_rollout_diff(batch, hf_models["b"], 1.0) < 1e-4  # policy b, every row
+    finally:  # the package's other tests expect policy a
+        engine.__dict__.pop("_load", None)
+        engine.pool.max_restarts = budget
+        engine.pool.wait_restarts(timeout_s=300)
+        engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=52))

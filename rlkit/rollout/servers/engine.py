@@ -27,6 +27,7 @@ import abc
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -55,6 +56,8 @@ from rlkit.rollout.servers.pool import Endpoint, ServerPool
 from rlkit.rollout.servers.process import ServerLaunch, start_servers
 from rlkit.rollout.servers.sample import Sample
 from rlkit.rollout.turns import TurnGenerator, TurnResult
+
+logger = logging.getLogger(__name__)
 
 
 def read_vocab_size(model_path: str | None) -> int | None:
@@ -437,8 +440,56 @@ class ServerRolloutEngine(RolloutEngine):
             WeightSyncError: a server refused the update, or the log-probs differ
                 by more than ``verify_tolerance``.
         """
-        targets, metrics = self._push(weights)
-        return metrics | self._verified(weights, targets)
+        self._syncs += 1
+        restarts = sum(e.restarts for e in self.sync_endpoints)
+        retries = 0
+        while True:
+            error: Exception | None = None
+            try:
+                targets, metrics = self._push(weights)
+                metrics |= self._verified(weights, targets)
+                failure = "a server died during it"  # the sync went on without it
+            except (WeightMismatchError, ProbeMismatchError):
+                raise  # the servers answered: their weights or outputs are wrong
+            except (WeightSyncError, RequestError) as exc:
+                failure, error = str(exc), exc
+            again, restarts = self._restarted_for_resync(failure, restarts, retries)
+            if again:
+                retries += 1
+                continue
+            if error is not None:
+                raise error
+            metrics["weight_sync/retries"] = float(retries)
+            return metrics
+
+    def _restarted_for_resync(self, failure: str, restarts: int, retries: int) -> tuple[bool, int]:
+        """After a sync (that failed with ``failure``, or went on without a server): whether
+        a server died during it and has been restarted by the
+        :class:`~rlkit.rollout.servers.pool.ServerPool`, so that the same weights are pushed
+        to every server again and checked; and the restarts counted so far. Single-process
+        trainers only: on several processes the main one alone talks to the servers while
+        the others wait inside the sync's collectives, so a failure ends the run there."""
+        if self.world > 1 or self.rank != 0:
+            return False, restarts
+        for endpoint in self.sync_endpoints:  # restarts whichever died (live ones stay)
+            if endpoint.server is not None and not endpoint.server.alive:
+                self.pool.report_failure(endpoint, f"died during a weight sync: {failure}")
+        now = sum(e.restarts for e in self.sync_endpoints)
+        if now == restarts:
+            return False, now
+        self.pool.wait_restarts()
+        if retries >= max(1, self.pool.max_restarts) or not any(
+            e.healthy for e in self.sync_endpoints
+        ):
+            return False, now
+        logger.warning(
+            "weight sync to version %s: %s; a %s server was restarted: syncing the same "
+            "weights to every server again",
+            self.expected_version,
+            failure.splitlines()[0][:300],
+            self.server_name,
+        )
+        return True, now
 
     def _push(self, weights: PolicyWeights) -> tuple[list[Endpoint], dict[str, float]]:
         self._check_open()
@@ -459,7 +510,6 @@ class ServerRolloutEngine(RolloutEngine):
         return targets, {"timing_s/weight_sync": time.perf_counter() - start}
 
     def _verified(self, weights: PolicyWeights, targets: list[Endpoint]) -> dict[str, float]:
-        self._syncs += 1
         due = (
             self.verify_sync
             and self.verify_every > 0
