@@ -158,15 +158,9 @@ def test_no_server_left_raises_a_clear_error_after_bounded_retries():
     assert time.monotonic() - start < 30
 
 
-def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(
-    engine_serving_again, hf_models
-):
-    engine = engine_serving_again
-    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=60))
-    _, victim = engine.pool.endpoints
-    restarts = victim.restarts
-    budget = engine.pool.max_restarts  # the mid-rollout test above may have used it up
-    engine.pool.max_restarts = restarts + 1
+def killed_at_the_next_load(engine, victim) -> None:
+    """``engine``'s next ``_load`` first kills ``victim``'s whole process tree (a server
+    dying during a weight sync), then runs as usual; later loads run as usual."""
     original = engine._load
 
     def kill_then_load(weights, version, targets):
@@ -176,6 +170,18 @@ def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(
         return original(weights, version, targets)
 
     engine._load = kill_then_load
+
+
+def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(
+    engine_serving_again, hf_models
+):
+    engine = engine_serving_again
+    engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=60))
+    _, victim = engine.pool.endpoints
+    restarts = victim.restarts
+    budget = engine.pool.max_restarts  # the mid-rollout test above may have used it up
+    engine.pool.max_restarts = restarts + 1
+    killed_at_the_next_load(engine, victim)
     try:
         metrics = engine.sync_weights(LocalPolicyWeights(hf_models["b"], version=61))
     finally:

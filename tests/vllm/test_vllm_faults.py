@@ -13,7 +13,7 @@ import pytest
 
 from rlkit.rollout.base import SamplingParams
 from tests.sglang.local_policy import LocalPolicyWeights
-from tests.sglang.test_sglang_faults import alive, wait_until
+from tests.sglang.test_sglang_faults import alive, killed_at_the_next_load, wait_until
 from tests.sglang.test_sglang_rollout import max_rollout_diff
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -53,27 +53,13 @@ def test_killing_the_server_mid_rollout_loses_no_prompt(engine, hf_models):
     assert not [p for p in tree if alive(p)], "the killed server left processes behind"
 
 
-def _killed_at_the_next_load(engine, victim):
-    """``engine``'s next ``_load`` first kills ``victim``'s whole process tree (a server
-    dying during a weight sync), then runs as usual; later loads run as usual."""
-    original = engine._load
-
-    def kill_then_load(weights, version, targets):
-        del engine._load  # once: the retry loads normally
-        os.killpg(victim.server.process.pid, signal.SIGKILL)
-        wait_until(lambda: not victim.server.alive, 60, "the killed server is gone")
-        return original(weights, version, targets)
-
-    engine._load = kill_then_load
-
-
 def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(engine, hf_models):
     engine.sync_weights(LocalPolicyWeights(hf_models["a"], version=50))
     (victim,) = engine.pool.endpoints
     restarts = victim.restarts
     budget = engine.pool.max_restarts  # the mid-rollout test above used one restart
     engine.pool.max_restarts = restarts + 1
-    _killed_at_the_next_load(engine, victim)
+    killed_at_the_next_load(engine, victim)
     try:
         metrics = engine.sync_weights(LocalPolicyWeights(hf_models["b"], version=51))
         # Pushed again to the restarted server, then checked as every sync is.
