@@ -9,6 +9,9 @@ are registered in :data:`rlkit.registry.REWARDS` when this package is imported:
 
 - ``gsm8k`` (:mod:`rewards.gsm8k`), ``math`` (:mod:`rewards.math_answer`),
   ``exact_match`` (:mod:`rewards.exact_match`): correctness;
+- ``math_dapo`` (:mod:`rewards.math_dapo`), ``hendrycks_math``
+  (:mod:`rewards.hendrycks_math`), ``prime_math`` (:mod:`rewards.prime_math`), ``geo3k``
+  (:mod:`rewards.geo3k`): verl's math rules, each scoring as verl does;
 - ``format`` (:mod:`rewards.answer_format`), ``overlong_buffer``
   (:mod:`rewards.overlong`), ``length_penalty`` (:mod:`rewards.length_penalty`): shaping;
 - ``by_data_source`` (:mod:`rewards.by_data_source`): a scorer per row chosen by its
@@ -45,11 +48,15 @@ from rewards import (  # noqa: F401
     exact_match,
     final_turn,
     generative_judge,
+    geo3k,
     gsm8k,
+    hendrycks_math,
     length_penalty,
     math_answer,
+    math_dapo,
     model_score,
     overlong,
+    prime_math,
     weighted,
     zero,
 )

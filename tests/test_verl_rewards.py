@@ -176,12 +176,13 @@ def test_eval_with_a_reward_failing_everywhere_exits_2(tmp_path, tiny_model_dir,
     [
         ("openai/gsm8k", ("gsm8k", {"method": "verl"})),
         ("gsm8k", ("gsm8k", {"method": "strict"})),
-        ("HuggingFaceH4/MATH-500", ("math", {})),
-        ("lighteval/MATH", ("math", {})),
-        ("math_dapo", ("math", {})),
-        ("aime2024", ("math", {})),
-        ("numina_olympiads", ("math", {})),
-        ("hiyouga/geometry3k", ("math", {})),
+        ("HuggingFaceH4/MATH-500", ("hendrycks_math", {})),
+        ("lighteval/MATH", ("hendrycks_math", {})),
+        ("math500", ("math", {})),
+        ("math_dapo", ("math_dapo", {})),
+        ("aime2024", ("math_dapo", {})),
+        ("numina_olympiads", ("prime_math", {})),
+        ("hiyouga/geometry3k", ("geo3k", {})),
         ("my_source", None),
     ],
 )
@@ -262,7 +263,7 @@ def test_the_default_reward_scores_each_row_by_its_data_source():
         ["2", "1/2", "7", "7"],
         [
             {"data_source": "openai/gsm8k"},  # verl's rule: "2." is no number -> 0
-            {"data_source": "HuggingFaceH4/MATH-500"},  # math-verify: \frac{1}{2} = 1/2 -> 1
+            {"data_source": "HuggingFaceH4/MATH-500"},  # MATH's checker: \frac{1}{2} = 1/2 -> 1
             {"data_source": "my_numbers"},  # no scorer: gsm8k strict reads "#### 7" -> 1
             {"data_source": "my_numbers"},  # strict needs "####" -> 0
         ],
@@ -304,14 +305,14 @@ def test_a_run_with_no_reward_set_trains_on_a_mixed_gsm8k_and_math_parquet(
     config.write_text(_without_reward(arithmetic_gin(tiny_model_dir, tmp_path / "out", bindings)))
     assert train_main([str(config)]) == 0
     printed = capfd.readouterr().out
-    assert "2 'HuggingFaceH4/MATH-500' rows are scored by math" in printed
+    assert "2 'HuggingFaceH4/MATH-500' rows are scored by hendrycks_math" in printed
     assert "2 'openai/gsm8k' rows are scored by gsm8k {'method': 'verl'}" in printed
     logged = [
         json.loads(line)
         for line in (tmp_path / "out/metrics.jsonl").read_text().split("\n")
         if line
     ]
-    assert logged[-1]["reward/num_errors"] == 0  # "\frac{1}{2}" reached math, not gsm8k
+    assert logged[-1]["reward/num_errors"] == 0  # "\frac{1}{2}" reached hendrycks_math
 
 
 def test_a_run_with_no_reward_set_stops_on_an_unknown_source_with_non_numeric_answers(

@@ -275,6 +275,18 @@ def _extra_info(row: Mapping[str, Any]) -> dict[str, Any]:
         raise _RowProblem(str(exc)) from None
 
 
+def _question_row_extra(row: Mapping[str, Any], keys: dict[str, str], question: str) -> dict:
+    """A question/answer row's ``extra_info``: its own, the raw question (as verl's data
+    preprocessing keeps it) and the row's other plain columns (GSM8K's ``solution``)."""
+    extra = _extra_info(row)
+    extra.setdefault("question", question)
+    taken = {keys["question"], keys["answer"], keys["id"], "extra_info", "images"}
+    for key, value in row.items():
+        if key not in taken and isinstance(value, str | int | float | bool):
+            extra.setdefault(key, value)
+    return extra
+
+
 def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(row, Mapping):
         raise _RowProblem(f"expected a JSON object, got {type(row).__name__}")
@@ -287,7 +299,7 @@ def _to_example(row: Any, keys: dict[str, str], options: dict[str, Any]) -> dict
             "prompt": build_messages(question, **options),
             "ground_truth": answer.strip(),
             "data_source": None,
-            "extra_info": encode_extra_info(_extra_info(row)),
+            "extra_info": encode_extra_info(_question_row_extra(row, keys, question)),
         }
     if example["id"] is not None and not isinstance(example["id"], str | int):
         raise _RowProblem(f"id is {type(example['id']).__name__}, expected a string or integer")

@@ -1,15 +1,15 @@
 """Named dataset presets: common math sets from a local folder or the Hugging Face hub.
 
-=================  ==============  ======  ========================================
-name               splits          reward  hub dataset (config, split)
-=================  ==============  ======  ========================================
-``gsm8k``          train, test     gsm8k   ``openai/gsm8k`` (``main``; train, test)
-``math500``        test            math    ``HuggingFaceH4/MATH-500`` (test)
-``aime2024``       test            math    ``HuggingFaceH4/aime_2024`` (train)
-``aime2025``       test            math    ``opencompass/AIME2025`` (``AIME2025-I``
-                                           and ``AIME2025-II``; test)
-``dapo_math_17k``  train           math    ``BytedTsinghua-SIA/DAPO-Math-17k`` (train)
-=================  ==============  ======  ========================================
+=================  ==============  =========  ========================================
+name               splits          reward     hub dataset (config, split)
+=================  ==============  =========  ========================================
+``gsm8k``          train, test     gsm8k      ``openai/gsm8k`` (``main``; train, test)
+``math500``        test            math       ``HuggingFaceH4/MATH-500`` (test)
+``aime2024``       test            math       ``HuggingFaceH4/aime_2024`` (train)
+``aime2025``       test            math       ``opencompass/AIME2025`` (``AIME2025-I``
+                                              and ``AIME2025-II``; test)
+``dapo_math_17k``  train           math_dapo  ``BytedTsinghua-SIA/DAPO-Math-17k`` (train)
+=================  ==============  =========  ========================================
 
 Where the rows come from:
 
@@ -146,6 +146,8 @@ class SharedDataset:
         hub: where it lives on the hub.
         verl_data_source: the ``data_source`` verl's default reward dispatch expects,
             written by ``rlkit data prepare``.
+        verl_extra_info: ``extra_info`` keys verl's own preprocessing writes, each taken
+            from the row's ``extra_info`` field named (GSM8K: ``answer`` is the solution).
     """
 
     name: str
@@ -155,6 +157,7 @@ class SharedDataset:
     num_rows: Mapping[str, int]
     hub: HubSource
     verl_data_source: str = field(default="")
+    verl_extra_info: Mapping[str, str] = field(default_factory=dict)
 
 
 SHARED_DATASETS: dict[str, SharedDataset] = {
@@ -166,6 +169,7 @@ SHARED_DATASETS: dict[str, SharedDataset] = {
         {"train": 7473, "test": 1319},
         HubSource("openai/gsm8k", ("main",), {"train": "train", "test": "test"}, _gsm8k_row),
         "openai/gsm8k",
+        {"question": "question", "answer": "solution"},
     ),
     "math500": SharedDataset(
         "math500",
@@ -200,7 +204,7 @@ SHARED_DATASETS: dict[str, SharedDataset] = {
     "dapo_math_17k": SharedDataset(
         "dapo_math_17k",
         {"train": "dapo_math_17k/train.jsonl"},
-        "math",
+        "math_dapo",
         None,
         # 17,917 distinct problems, each repeated 100 times in the published file.
         {"train": 1_791_700},

@@ -34,6 +34,7 @@ def verl_rows(
     split: str,
     data_source: str | None = None,
     ability: str = "math",
+    extra_names: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Prompt-schema rows (``id``, ``prompt``, ``ground_truth``, ``data_source``,
     ``extra_info``) as verl rows.
@@ -44,6 +45,8 @@ def verl_rows(
         data_source: every row's ``data_source`` (verl picks its default reward by it,
             e.g. ``openai/gsm8k``); ``None`` keeps each row's own.
         ability: verl's ``ability`` column.
+        extra_names: verl ``extra_info`` key -> the row's ``extra_info`` field it copies
+            (a preset's :attr:`~rlkit.data.shared_datasets.SharedDataset.verl_extra_info`).
 
     Returns:
         One dict per row; ``extra_info`` holds the row's own fields plus ``split``,
@@ -52,6 +55,7 @@ def verl_rows(
     out = []
     for index, row in enumerate(rows):
         extra = decode_extra_info(row.get("extra_info"))
+        extra |= {verl: extra[ours] for verl, ours in (extra_names or {}).items() if ours in extra}
         out.append(
             {
                 "data_source": data_source or row["data_source"],
@@ -73,20 +77,23 @@ def write_verl(
     split: str,
     data_source: str | None = None,
     ability: str = "math",
+    extra_names: Mapping[str, str] | None = None,
 ) -> Path:
     """Write prompt-schema rows as a verl file: Parquet, or JSON Lines for a ``.jsonl`` path.
 
     Args:
         rows: prompt-schema rows (see :func:`verl_rows`).
         path: the file; parent folders are created.
-        split, data_source, ability: as for :func:`verl_rows`.
+        split, data_source, ability, extra_names: as for :func:`verl_rows`.
 
     Returns:
         The path written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    records = verl_rows(rows, split=split, data_source=data_source, ability=ability)
+    records = verl_rows(
+        rows, split=split, data_source=data_source, ability=ability, extra_names=extra_names
+    )
     if path.suffix == ".jsonl":
         if any(image.get("bytes") for r in records for image in r.get("images", ())):
             raise ValueError(
@@ -139,6 +146,12 @@ def prepare_dataset(
         dataset = load_shared_dataset(name, split)
         path = Path(out) / f"{split}.{fmt}"
         written.append(
-            write_verl(dataset, path, split=split, data_source=preset.verl_data_source or name)
+            write_verl(
+                dataset,
+                path,
+                split=split,
+                data_source=preset.verl_data_source or name,
+                extra_names=preset.verl_extra_info,
+            )
         )
     return written

@@ -29,3 +29,10 @@ def nearest(key: str) -> str | None:
     leaves, _ = _table()
     found = difflib.get_close_matches(key, sorted(leaves), n=1, cutoff=0.8)
     return found[0] if found else None
+
+
+def is_verl_root(key: str) -> bool:
+    """``key`` starts with one of the top-level sections of verl's configuration
+    (``data.``, ``actor_rollout_ref.``, ``trainer.`` ...)."""
+    leaves, _ = _table()
+    return key.split(".", 1)[0] in {leaf.split(".", 1)[0] for leaf in leaves}

@@ -105,9 +105,10 @@ def _load_sources(source: str | list[str], split: str, options: dict[str, Any]) 
     import datasets
 
     from rlkit.data import SHARED_DATASETS, load_prompt_dataset, load_report, load_shared_dataset
+    from rlkit.data.file_lists import data_sources
 
     parts, skipped = [], 0
-    for one in [source] if isinstance(source, str) else list(source):
+    for one in data_sources(source):
         if one in SHARED_DATASETS:  # e.g. "gsm8k": the preset, with its instruction
             preset_splits = SHARED_DATASETS[one].splits
             wanted = "train" if split == "train" or "test" not in preset_splits else "test"

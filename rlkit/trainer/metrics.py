@@ -56,6 +56,21 @@ def data_metrics(
     return out
 
 
+def unfiltered_metrics(
+    scores: list[float], acc: list[float], lengths: list[int], *, max_response_length: int
+) -> dict[str, float]:
+    """``critic/score/*``, ``critic/acc/mean`` and ``response_length/*`` of every response
+    generated in a step whose groups were all filtered away: the step trains nothing,
+    but its curve point is still there (over the rows the filter saw)."""
+    if not scores:
+        return {}
+    resp = torch.tensor(lengths, dtype=torch.float32)
+    out = _stats("critic/score", torch.tensor(scores)) | _stats("response_length", resp)
+    out["critic/acc/mean"] = float(sum(acc) / len(acc))
+    out["response_length/clip_ratio"] = (resp >= max_response_length).float().mean().item()
+    return out
+
+
 class WeightedMeans:
     """Accumulates metric values with weights (e.g. token counts) across micro-batches."""
 

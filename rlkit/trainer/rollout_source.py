@@ -20,12 +20,21 @@ from rlkit.distributed import collectives as comm
 from rlkit.rollout.agent_loop import AgentRequest, loop_metrics
 from rlkit.rollout.base import SamplingParams, split_engine_metrics
 from rlkit.trainer.batch import TrainBatch
+from rlkit.trainer.metrics import unfiltered_metrics
 from rlkit.trainer.prompts import PromptSampler, PromptSet
 from rlkit.trainer.scoring import ScoredRollout, score_rollout
 from rlkit.trainer.timing import PhaseTimer
 from rlkit.trainer.weight_gate import WeightGate
 
 EngineMetrics = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+class DrawnPrompts(list):
+    """One round's prompt indices, and the epoch of the sampler when the round began."""
+
+    def __init__(self, indices: list[int], epoch: int):
+        super().__init__(indices)
+        self.epoch = epoch
 
 
 class NoUpdateError(RuntimeError):
@@ -177,7 +186,8 @@ class RolloutSource:
         size = self.cfg.data.train_batch_size
         if self.cfg.algorithm.filter_groups:
             size = self.cfg.data.gen_batch_size or size
-        return self.sampler.next(size)
+        epoch = self.sampler.epoch  # the epoch the round starts in (verl's training/epoch)
+        return DrawnPrompts(self.sampler.next(size), epoch)
 
     def next_batch(
         self, step: int, timer: PhaseTimer, drawn: list[int] | None = None
@@ -188,16 +198,20 @@ class RolloutSource:
         a, size = self.cfg.algorithm, self.cfg.data.train_batch_size
         self.step = step
         kept: list[ScoredRollout] = []
+        generated: list[ScoredRollout] = []  # before the group filter
         num_groups = num_gen = 0
+        epoch = None
         while True:  # DAPO: draw again until enough groups with varied outcomes
             num_gen += 1
             indices, drawn = drawn if drawn is not None else self.draw(), None
+            epoch = getattr(indices, "epoch", self.sampler.epoch) if epoch is None else epoch
             scored = self.generate(self.prompts, indices, self.sampling(), timer, step=step)
             if self.needs.greedy_baseline:  # ReMax
                 greedy = self.generate(
                     self.prompts, indices, self.sampling(greedy=True), timer, step=step
                 )
                 scored.attach_baselines(greedy)
+            generated.append(scored)
             if a.filter_groups:
                 scored = scored.keep_varied_groups(a.filter_metric)
             kept.append(scored)
@@ -206,6 +220,8 @@ class RolloutSource:
                 break
         rollout = ScoredRollout.concat(kept).first_groups(size)
         metrics = {
+            "training/global_step": float(step + 1),
+            "training/epoch": float(epoch),
             "train/num_gen_batches": float(num_gen),
             "train/num_truncated_prompts": float(self.prompts.num_truncated),
             "train/num_filtered_prompts": float(self.prompts.num_filtered),
@@ -220,6 +236,13 @@ class RolloutSource:
             self.report(
                 f"step {step + 1}: no group with varied {a.filter_metric} after {num_gen} "
                 f"generation batches; update skipped"
+            )
+            seen = ScoredRollout.concat(generated)
+            metrics |= unfiltered_metrics(
+                seen.scores,
+                seen.acc,
+                [len(t.response_ids) for t in seen.trajectories],
+                max_response_length=self.cfg.rollout.max_response_length,
             )
             return None, metrics | {"train/skipped_step": 1.0}
         return rollout.to_batch(pad_token_id=self.tokenizer.pad_token_id), metrics

@@ -22,6 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rlkit.data.file_lists import data_sources
+
 RESOLVED_CONFIG = "resolved_config.json"
 GIN_CONFIG = "config.gin"
 
@@ -152,8 +154,7 @@ def check_data_files(data: Any) -> None:
     """Raise ``FileNotFoundError`` for a ``train_files`` / ``val_files`` entry that names a
     data file (by its suffix) that does not exist; shared sets and hub names pass."""
     for setting in ("train_files", "val_files"):
-        value = getattr(data, setting, "") or ""
-        for name in [value] if isinstance(value, str) else list(value):
+        for name in data_sources(getattr(data, setting, "")):
             if name.endswith(_FILE_SUFFIXES) and not Path(name).expanduser().exists():
                 raise FileNotFoundError(
                     f"DataConfig.{setting}: data file {name} does not exist (relative paths "
