@@ -33,6 +33,7 @@ from rewards.exit_guard import exit_message, exits_refused
 from rewards.time_limit import RewardTimeout, call_with_time_limit
 from rewards.verl_signature import VerlReward, is_verl_reward
 from rewards.worker_pool import DEADLINE_MESSAGE, CallResult, RewardWorkerPool
+from rlkit import crash_note
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +175,7 @@ def _score_inline(
     timeout_s: float | None,
     deadline: float | None = None,
     hard_limit_s: float | None = None,
+    label: str = "",
 ) -> list[CallResult]:
     # With a deadline, one watchdog covers the batch (deadline + hard limit): arming one per
     # call costs more than a rule reward's call itself.
@@ -182,9 +184,10 @@ def _score_inline(
         hang_report.arm(deadline - time.monotonic() + hard_limit_s)
     try:
         return _score_calls(
-            fn, calls, timeout_s, deadline, None if batch_watchdog else hard_limit_s
+            fn, calls, timeout_s, deadline, None if batch_watchdog else hard_limit_s, label
         )
     finally:
+        crash_note.clear()
         if batch_watchdog:
             faulthandler.cancel_dump_traceback_later()
 
@@ -195,9 +198,10 @@ def _score_calls(
     timeout_s: float | None,
     deadline: float | None,
     hard_limit_s: float | None,
+    label: str = "",
 ) -> list[CallResult]:
     results = []
-    for response, ground_truth, extra in calls:
+    for row, (response, ground_truth, extra) in enumerate(calls):
         limit = timeout_s
         if deadline is not None:
             remaining = deadline - time.monotonic()
@@ -205,6 +209,7 @@ def _score_calls(
                 results.append(CallResult("timeout", message=PHASE_DEADLINE_MESSAGE))
                 continue
             limit = remaining if limit is None else min(limit, remaining)
+        crash_note.mark(label, row, extra, response)
         try:
             with exits_refused():
                 value = call_with_time_limit(
@@ -311,7 +316,8 @@ def score_batch(
         rows = [{**extra, **context_kwargs(reads, c)} for extra, c in zip(rows, contexts)]
     calls = list(zip(responses, ground_truths, rows))
     if num_workers == 0 or not calls:
-        results = _score_inline(fn, calls, timeout_s, deadline, hard_limit_s)
+        label = _reward_label(reward)
+        results = _score_inline(fn, calls, timeout_s, deadline, hard_limit_s, label)
     else:
         results = _shared_pool(reward, num_workers).map(calls, timeout_s, deadline_s=deadline_s)
     batch = _gather(results)
@@ -386,6 +392,7 @@ def _score_batched(
             for response, ground_truth, row in zip(responses, ground_truths, rows)
         ]
     limit = None if timeout_s is None else timeout_s * count
+    crash_note.mark(label, 0, {"data_source": f"all {count} rows, in one batched call"}, "")
     try:
         with exits_refused():
             values = call_with_time_limit(fn, limit, list(contexts), **options)
@@ -399,6 +406,8 @@ def _score_batched(
     except Exception as exc:
         message = f"batched reward {label!r} raised {type(exc).__name__}: {exc}"
         return [CallResult("error", message=message)] * count
+    finally:
+        crash_note.clear()
     if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
         message = (
             f"batched reward {label!r} returned {type(values).__name__}; it must return a "

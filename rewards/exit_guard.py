@@ -9,7 +9,8 @@ as a worker process that dies does with ``reward_workers >= 1``: the row is name
 reward errors, and a run where every row fails stops with exit 2.
 
 A crash inside C code (a segfault) cannot be turned into an error in the process it
-happens in; ``reward_workers >= 1`` contains it (docs/rewards.md).
+happens in: ``rlkit train``'s supervisor (:mod:`rlkit.supervisor`) names the reward and
+row it happened in, and ``reward_workers >= 1`` contains it (docs/rewards.md).
 """
 
 from __future__ import annotations

@@ -51,10 +51,16 @@ def main(argv: list[str] | None = None) -> int:
 def console_main() -> None:
     """The ``rlkit`` console script: :func:`main`, then
     :func:`~rlkit.distributed.process_exit.exit_process` (no interpreter teardown when
-    launched as one of several processes)."""
+    launched as one of several processes). ``rlkit train`` runs under
+    :mod:`rlkit.supervisor`."""
+    from rlkit import supervisor
+
+    argv = sys.argv[1:]
+    if argv[:1] == ["train"] and supervisor.applies():
+        sys.exit(supervisor.supervise("rlkit.train", argv[1:]))
     from rlkit.distributed.process_exit import exit_process
 
-    exit_process(main())
+    exit_process(main(argv))
 
 
 if __name__ == "__main__":

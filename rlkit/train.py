@@ -294,6 +294,10 @@ def _main(args: argparse.Namespace, argv: list[str], progress: dict[str, Any]) -
 
 
 if __name__ == "__main__":
+    from rlkit import supervisor
+
+    if supervisor.applies():
+        sys.exit(supervisor.supervise("rlkit.train", sys.argv[1:]))
     from rlkit.distributed.process_exit import exit_process
 
     exit_process(main())

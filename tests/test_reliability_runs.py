@@ -239,6 +239,50 @@ def test_a_reward_that_exits_when_called_in_process_is_named(tmp_path, tiny_mode
     assert "on row 0 (prompt '" in lines[0]  # the row, by its prompt's id
 
 
+def test_a_reward_that_segfaults_in_process_is_named_with_the_row(tmp_path, tiny_model_dir):
+    reward = tmp_path / "crashing_reward.py"
+    reward.write_text(
+        "import ctypes\n\ndef score(response, ground_truth, **extra):\n"
+        "    ctypes.string_at(0)  # reads address 0: SIGSEGV inside C\n"
+    )
+    gin_file = tmp_path / "experiment.gin"
+    bindings = ONE_STEP | {"DataConfig.reward": f"{reward}:score", "DataConfig.reward_workers": 0}
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
+    done = subprocess.run(
+        [sys.executable, "-m", "rlkit.train", str(gin_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
+    assert len(lines) == 1, done.stderr[-2000:]
+    assert "died from SIGSEGV inside the reward" in lines[0]
+    assert "crashing_reward.py:score" in lines[0] and "while it scored row 0" in lines[0]
+    assert "DataConfig.reward_workers = 1" in lines[0]
+
+
+def test_killing_the_command_leaves_no_trainer_behind(tmp_path, tiny_model_dir):
+    import psutil
+
+    gin_file = tmp_path / "experiment.gin"
+    bindings = ONE_STEP | {"TrainerConfig.total_steps": 500, "TrainerConfig.save_freq": 0}
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "rlkit.train", str(gin_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not psutil.Process(run.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (trainer,) = psutil.Process(run.pid).children()  # the supervised trainer
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    trainer.wait(timeout=30)  # the parent-death signal took it too
+    assert not trainer.is_running()
+
+
 def test_sigterm_says_where_the_run_stopped(tmp_path, tiny_model_dir):
     gin_file = tmp_path / "experiment.gin"
     bindings = ONE_STEP | {"TrainerConfig.total_steps": 500, "TrainerConfig.save_freq": 0}
