@@ -490,3 +490,36 @@ def test_the_key_table_in_the_docs_lists_every_key():
         assert f"| `{key}` | `{mapped.target}` |" in doc
     for key in UNSUPPORTED:
         assert f"| `{key}` |" in doc
+
+
+def test_if_blocks_are_followed_where_their_test_can_be_read():
+    script = """
+    mode="async"
+    if [ "$mode" = "async" ]; then
+        raw_chat="True"
+    else
+        raw_chat="False"
+    fi
+    if [ -z "$mode" ]; then tp=1; elif [ "$mode" != "sync" ]; then tp=2; else tp=4; fi
+    if nvidia-smi; then gpus=8; fi
+    python3 -m verl.trainer.main_ppo data.return_raw_chat=$raw_chat \\
+        actor_rollout_ref.rollout.name=vllm \\
+        actor_rollout_ref.rollout.tensor_model_parallel_size=$tp trainer.n_gpus_per_node=$gpus
+    """
+    result = translate(overrides_of(script))
+    assert result.bindings["RolloutConfig.engine_options"] == {"tp_size": 2}
+    assert ("data.return_raw_chat", "True", "rlkit always keeps the chat messages") in result.used
+    ((key, _, why),) = result.unsupported
+    assert key == "trainer.n_gpus_per_node" and "`if nvidia-smi`" in why
+
+
+def test_a_reference_offloaded_unlike_the_actor_is_listed_not_applied():
+    result = translate(
+        [
+            "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+            "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+        ]
+    )
+    assert "TrainerConfig.cpu_offload" not in result.bindings
+    ((key, _, why),) = result.unsupported
+    assert key == "actor_rollout_ref.ref.fsdp_config.param_offload" and "or none" in why

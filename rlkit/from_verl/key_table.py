@@ -197,6 +197,12 @@ KEYS: dict[str, Key] = {
 UNSUPPORTED: dict[str, str] = {
     "data.prompt_key": "rlkit reads the 'prompt' column of verl's rows (rename the column)",
     "data.return_raw_chat": "rlkit always keeps the chat messages",
+    "actor_rollout_ref.model.use_fused_kernels": (
+        "rlkit's log-prob/entropy op is chosen by AlgorithmConfig.math (fused | plain)"
+    ),
+    "actor_rollout_ref.model.use_liger": (
+        "rlkit chooses its kernels per platform (ModelConfig.kernel_overrides, `rlkit doctor`)"
+    ),
     "data.dataloader_num_workers": "prompts are tokenized once, in memory",
     "data.filter_overlong_prompts_workers": "prompts are measured once, in the trainer",
     "reward_model.enable": "a reward model is RewardModelConfig.path",
@@ -231,6 +237,12 @@ _PREFIX_REASONS = (
     (".fsdp.", "rlkit's FSDP2 layout is fixed (TrainerConfig.backend_strategy, cpu_offload)"),
     (".checkpoint.", "checkpoints hold the whole training state"),
     (
+        "actor_rollout_ref.rollout.multi_turn.",
+        "multi-turn rollouts are RolloutConfig.agent_loop and RolloutConfig.agent "
+        "(docs/tools.md); tool calls follow the model's chat template",
+    ),
+    ("actor_rollout_ref.model.fused_kernel_options.", "AlgorithmConfig.math (fused | plain)"),
+    (
         ".override_config.",
         "rlkit loads the model's own config.json: set the value there (a copy of the model "
         "directory with the edited config)",
@@ -240,6 +252,11 @@ _PREFIX_REASONS = (
 
 MATCHING: dict[str, tuple[Any, str]] = {
     "data.prompt_key": ("prompt", "rlkit reads the 'prompt' column of verl's rows"),
+    "data.return_raw_chat": (True, "rlkit always keeps the chat messages"),
+    "actor_rollout_ref.model.use_fused_kernels": (
+        True,
+        "rlkit's fused log-prob/entropy op is its default (AlgorithmConfig.math = 'fused')",
+    ),
     "actor_rollout_ref.actor.use_torch_compile": (False, "rlkit does not torch.compile either"),
     "actor_rollout_ref.ref.use_torch_compile": (False, "rlkit does not torch.compile either"),
     "actor_rollout_ref.actor.fsdp_config.fsdp_size": (

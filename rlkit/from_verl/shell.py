@@ -54,16 +54,69 @@ class ScriptReader:
         self.variables: dict[str, str] = dict(environ)
         #: variables whose value lacked something (a command's output, an unset name)
         self.incomplete: dict[str, list[str]] = {}
+        self.branches: list[_Branch] = []  # the if / loop blocks the reader is inside
+
+    @property
+    def active(self) -> bool:
+        """Whether the commands being read run (every enclosing branch taken)."""
+        return all(b.active for b in self.branches)
 
     def commands(self, text: str) -> list[Command]:
         """The script's commands other than assignments, in order; assignments update
         :attr:`variables` as they are met."""
         found = []
         for raw_words in split_commands(text):
-            words = self._run(raw_words)
+            rest = self._control(raw_words)
+            words = self._run(rest) if rest and self.active else []
             if words:
                 found.append(Command(words))
         return found
+
+    def _control(self, raw_words: list[str]) -> list[str]:
+        """Follow ``if`` / ``elif`` / ``else`` / ``fi`` (and loops, read once) at the start
+        of a command; the words left to run."""
+        while raw_words:
+            head, rest = raw_words[0], raw_words[1:]
+            if head in ("then", "do"):
+                raw_words = rest
+            elif head == "else":
+                if self.branches:
+                    self.branches[-1].otherwise()
+                raw_words = rest
+            elif head in ("fi", "done", "esac"):
+                if self.branches:
+                    self.branches.pop()
+                raw_words = rest
+            elif head in ("if", "elif"):
+                taken = self._test(rest) if self.active or head == "elif" else False
+                if head == "if":
+                    self.branches.append(_Branch(taken, rest))
+                elif self.branches:
+                    self.branches[-1].alternative(taken, rest)
+                return []
+            elif head in ("while", "until", "for", "case", "select"):
+                self.branches.append(_Branch(None, raw_words))  # the body is read once
+                return []
+            else:
+                return raw_words
+        return []
+
+    def _test(self, raw_words: list[str]) -> bool | None:
+        """The value of a ``[ ... ]`` / ``[[ ... ]]`` / ``test`` condition, or None when
+        it is not one this reader evaluates."""
+        words = [self.expand(raw) for raw in raw_words]
+        if any(w.missing for w in words):
+            return None
+        texts = [w.text for w in words]
+        if texts[:1] == ["test"]:
+            texts = texts[1:]
+        elif texts[:1] in (["["], ["[["]) and texts[-1:] in (["]"], ["]]"]):
+            texts = texts[1:-1]
+        else:
+            return None
+        negate = texts[:1] == ["!"]
+        value = _condition(texts[1:] if negate else texts)
+        return None if value is None else value != negate
 
     def _run(self, raw_words: list[str]) -> list[Word]:
         if raw_words and raw_words[0] in _DECLARE:
@@ -87,8 +140,9 @@ class ScriptReader:
         name, _, value = raw.partition("=")
         word = self.expand(value)
         self.variables[name] = word.text
-        if word.missing:
-            self.incomplete[name] = word.missing
+        unread = [f"the test {b.test}" for b in self.branches if b.taken is None]
+        if word.missing or unread:
+            self.incomplete[name] = word.missing + unread
         else:
             self.incomplete.pop(name, None)
 
@@ -118,6 +172,43 @@ class ScriptReader:
             return self.variables[name]
         missing.append(f"${name}")
         return ""
+
+
+class _Branch:
+    """One ``if`` (or loop) block: whether its current branch runs."""
+
+    def __init__(self, taken: bool | None, test_words: list[str]):
+        self.taken = taken  # None: a test this reader does not evaluate (read as taken)
+        self.test = " ".join(test_words)
+        self.done = bool(taken)  # an earlier branch of this if ran
+
+    @property
+    def active(self) -> bool:
+        return self.taken is not False
+
+    def alternative(self, taken: bool | None, test_words: list[str]) -> None:
+        """``elif``: runs when no earlier branch did and its own test holds."""
+        self.taken = False if self.done else taken
+        self.test = " ".join(test_words)
+        self.done = self.done or bool(taken)
+
+    def otherwise(self) -> None:
+        """``else``: runs when no earlier branch did."""
+        self.taken = None if self.taken is None else not self.done
+        self.done = True
+
+
+def _condition(texts: list[str]) -> bool | None:
+    """``a = b``, ``a == b``, ``a != b``, ``-n a``, ``-z a`` or ``a``; else None."""
+    if len(texts) == 3 and texts[1] in ("=", "=="):
+        return texts[0] == texts[2]
+    if len(texts) == 3 and texts[1] == "!=":
+        return texts[0] != texts[2]
+    if len(texts) == 2 and texts[0] in ("-n", "-z"):
+        return bool(texts[1]) == (texts[0] == "-n")
+    if len(texts) == 1:
+        return bool(texts[0])
+    return None
 
 
 class _Expansion:

@@ -220,13 +220,28 @@ class _Translator:
             self._overlong(item, value)
 
     def _offload(self, item: Override, value: Any) -> None:
-        if value:
-            self.out.bindings["TrainerConfig.cpu_offload"] = True
-        self._used(
-            item,
-            "TrainerConfig.cpu_offload (rlkit offloads the parameters, gradients and "
-            "optimizer state of every model it shards together)",
+        # One setting offloads every sharded model: the actor's keys decide it.
+        if item.key.startswith("actor_rollout_ref.actor."):
+            if value:
+                self.out.bindings["TrainerConfig.cpu_offload"] = True
+            self._used(
+                item,
+                "TrainerConfig.cpu_offload (parameters, gradients and optimizer state of "
+                "every model rlkit shards, together)",
+            )
+            return
+        actor = any(
+            self.values.get(f"actor_rollout_ref.actor.fsdp_config.{kind}_offload")
+            for kind in ("param", "optimizer")
         )
+        if bool(value) == actor:
+            self._used(item, f"TrainerConfig.cpu_offload = {actor}, the actor's: one for all")
+        else:
+            why = (
+                f"rlkit offloads every sharded model or none; TrainerConfig.cpu_offload "
+                f"follows the actor's fsdp_config ({actor})"
+            )
+            self.out.unsupported.append((item.key, item.text, why))
 
     def _log_prob(self, item: Override, value: Any, setting: str) -> None:
         actor_key, target = _LOG_PROB_PEER[setting]
@@ -391,7 +406,8 @@ def _is_folded(key: str) -> bool:
 
 def _missing_reason(missing: tuple[str, ...]) -> str:
     commands = [m for m in missing if m.startswith(("$(", "`"))]
-    names = sorted({m for m in missing if m not in commands})
+    tests = sorted({m.removeprefix("the test ") for m in missing if m.startswith("the test ")})
+    names = sorted(set(missing) - set(commands) - {f"the test {t}" for t in tests})
     parts = []
     if names:
         parts.append(
@@ -400,4 +416,6 @@ def _missing_reason(missing: tuple[str, ...]) -> str:
         )
     if commands:
         parts.append(f"it needs the output of {', '.join(commands)}, which is not run")
+    if tests:
+        parts.append(f"it is set under `if {', '.join(tests)}`, a test that is not evaluated")
     return "; ".join(parts)
