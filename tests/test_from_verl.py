@@ -523,3 +523,25 @@ def test_a_reference_offloaded_unlike_the_actor_is_listed_not_applied():
     assert "TrainerConfig.cpu_offload" not in result.bindings
     ((key, _, why),) = result.unsupported
     assert key == "actor_rollout_ref.ref.fsdp_config.param_offload" and "or none" in why
+
+
+def test_the_overlong_buffer_through_reward_kwargs_is_read_as_the_recipes_buffer():
+    # verl's DAPO reward manager also reads its buffer from reward_kwargs (`+` keys).
+    result = translate(
+        [
+            "data.max_response_length=8192",
+            "reward_model.reward_manager=dapo",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4096",
+            "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+            "+reward_model.reward_kwargs.max_resp_len=8192",
+        ]
+    )
+    b = result.bindings
+    assert (
+        b["AlgorithmConfig.overlong_buffer_len"],
+        b["AlgorithmConfig.overlong_penalty_factor"],
+    ) == (4096, 0.5)
+    used = {key for key, _, _ in result.used}
+    assert "reward_model.reward_kwargs.overlong_buffer_cfg.enable" in used  # as written
+    assert "reward_model.reward_kwargs.max_resp_len" in used and not result.unsupported

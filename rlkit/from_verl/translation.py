@@ -64,6 +64,12 @@ class Override:
     text: str  # the value as Hydra receives it
     prefix: str = ""  # "+", "++" or "~"
     missing: tuple[str, ...] = ()  # what the shell could not expand in it
+    written: str = ""  # the key as the script spells it, when another spelling is used
+
+    @property
+    def shown(self) -> str:
+        """The key as the user wrote it."""
+        return self.written or self.key
 
     @classmethod
     def parse(cls, word: str, missing: Iterable[str] = ()) -> Override:
@@ -187,7 +193,7 @@ class _Translator:
         elif key in MATCHING and MATCHING[key][0] == value:
             self.out.used.append((key, item.text, MATCHING[key][1]))
         elif _is_folded(key):
-            self.folded.append((Override(key, item.text, item.prefix), value))
+            self.folded.append((Override(key, item.text, item.prefix, written=item.key), value))
         else:
             why = reason(key)
             if why is None and item.prefix.startswith("+") and not is_verl_key(key):
@@ -195,7 +201,7 @@ class _Translator:
             self.out.unsupported.append((key, item.text, why or "no rlkit counterpart"))
 
     def _used(self, item: Override, how: str) -> None:
-        self.out.used.append((item.key, item.text, how))
+        self.out.used.append((item.shown, item.text, how))
 
     def _fold(self, item: Override, value: Any) -> None:
         key = item.key
@@ -241,7 +247,7 @@ class _Translator:
                 f"rlkit offloads every sharded model or none; TrainerConfig.cpu_offload "
                 f"follows the actor's fsdp_config ({actor})"
             )
-            self.out.unsupported.append((item.key, item.text, why))
+            self.out.unsupported.append((item.shown, item.text, why))
 
     def _log_prob(self, item: Override, value: Any, setting: str) -> None:
         actor_key, target = _LOG_PROB_PEER[setting]
@@ -260,13 +266,13 @@ class _Translator:
                 f"rlkit uses one size for every model (ModelConfig.ulysses_sequence_"
                 f"parallel_size = {actor}, the actor's)"
             )
-            self.out.unsupported.append((item.key, item.text, why))
+            self.out.unsupported.append((item.shown, item.text, why))
 
     def _reward_manager(self, item: Override, value: Any) -> None:
         if value not in _REWARD_MANAGERS:
             self.out.unsupported.append(
                 (
-                    item.key,
+                    item.shown,
                     item.text,
                     "a reward manager of your own: give its scoring as "
                     "DataConfig.custom_reward_path",
@@ -299,7 +305,7 @@ class _Translator:
             if length is not None and int(value) != int(length):
                 self.out.unsupported.append(
                     (
-                        key,
+                        item.shown,
                         item.text,
                         f"rlkit measures the buffer from RolloutConfig."
                         f"max_response_length ({length}); a different length is not offered",
