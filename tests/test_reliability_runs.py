@@ -210,6 +210,25 @@ def test_a_reward_module_that_exits_when_imported_is_named(
     assert not (tmp_path / "run").exists()  # stopped before anything was written
 
 
+def _train_with_reward_code(tmp_path, tiny_model_dir, code: str) -> tuple[int, list[str], str]:
+    """``python -m rlkit.train`` (its own process: a crash must not end the test runner)
+    with ``score`` defined by ``code`` scored in the trainer's process; the exit status,
+    the ``rlkit train:`` lines of stderr, and stderr."""
+    reward = tmp_path / "hostile_reward.py"
+    reward.write_text(code)
+    gin_file = tmp_path / "experiment.gin"
+    bindings = ONE_STEP | {"DataConfig.reward": f"{reward}:score", "DataConfig.reward_workers": 0}
+    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
+    done = subprocess.run(
+        [sys.executable, "-m", "rlkit.train", str(gin_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
+    return done.returncode, lines, done.stderr
+
+
 @pytest.mark.parametrize(
     ("call", "shown"),
     [
@@ -218,47 +237,23 @@ def test_a_reward_module_that_exits_when_imported_is_named(
     ],
 )
 def test_a_reward_that_exits_when_called_in_process_is_named(tmp_path, tiny_model_dir, call, shown):
-    reward = tmp_path / "exiting_reward.py"
-    reward.write_text(
-        f"import os, sys\n\ndef score(response, ground_truth, **extra):\n    {call}\n"
-    )
-    gin_file = tmp_path / "experiment.gin"
-    bindings = ONE_STEP | {"DataConfig.reward": f"{reward}:score", "DataConfig.reward_workers": 0}
-    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
-    # Its own process: a guard that failed would end the test runner itself.
-    done = subprocess.run(
-        [sys.executable, "-m", "rlkit.train", str(gin_file)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
-    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr[-2000:]
-    assert f"the reward called {shown}" in lines[0] and "exiting_reward.py:score" in lines[0]
+    code = f"import os, sys\n\ndef score(response, ground_truth, **extra):\n    {call}\n"
+    status, lines, err = _train_with_reward_code(tmp_path, tiny_model_dir, code)
+    assert status == 2, err[-2000:]
+    assert "Traceback" not in err and len(lines) == 1, err[-2000:]
+    assert f"the reward called {shown}" in lines[0] and "hostile_reward.py:score" in lines[0]
     assert "on row 0 (prompt '" in lines[0]  # the row, by its prompt's id
 
 
 def test_a_reward_that_segfaults_in_process_is_named_with_the_row(tmp_path, tiny_model_dir):
-    reward = tmp_path / "crashing_reward.py"
-    reward.write_text(
+    code = (
         "import ctypes\n\ndef score(response, ground_truth, **extra):\n"
         "    ctypes.string_at(0)  # reads address 0: SIGSEGV inside C\n"
     )
-    gin_file = tmp_path / "experiment.gin"
-    bindings = ONE_STEP | {"DataConfig.reward": f"{reward}:score", "DataConfig.reward_workers": 0}
-    gin_file.write_text(arithmetic_gin(tiny_model_dir, tmp_path / "run", bindings))
-    done = subprocess.run(
-        [sys.executable, "-m", "rlkit.train", str(gin_file)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 2, done.stderr[-2000:]
-    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("rlkit train:")]
-    assert len(lines) == 1, done.stderr[-2000:]
+    status, lines, err = _train_with_reward_code(tmp_path, tiny_model_dir, code)
+    assert status == 2 and len(lines) == 1, err[-2000:]
     assert "died from SIGSEGV inside the reward" in lines[0]
-    assert "crashing_reward.py:score" in lines[0] and "while it scored row 0" in lines[0]
+    assert "hostile_reward.py:score" in lines[0] and "while it scored row 0" in lines[0]
     assert "DataConfig.reward_workers = 1" in lines[0]
 
 
