@@ -33,6 +33,7 @@ from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLES, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import agent_config
+from rlkit.rollout.servers.run import run_keywords
 from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
@@ -100,6 +101,7 @@ class RLTrainer:
             tokenizer=self.tokenizer,
             weights=self.weights,
             seed=cfg.trainer.seed,
+            **run_keywords(cfg),
             **cfg.rollout.engine_options,
         )
         self.rollout = RolloutSource(

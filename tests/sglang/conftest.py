@@ -64,9 +64,15 @@ def hf_models(model_dirs) -> dict[str, torch.nn.Module]:
 
 # Package scope: the servers stop when tests/sglang ends, not at the end of the whole
 # session, so they never share the CPU with later tests.
+#: The package's shared servers take no device or KV-cache size: on this CPU machine the
+#: factory's CPU defaults choose them (``--device cpu``, a bounded ``--max-total-tokens``).
+PLATFORM_DEFAULTS = {k: v for k, v in CPU_SERVER.items() if k not in ("device", "max_total_tokens")}
+
+
 @pytest.fixture(scope="package")
 def engine(model_dirs, tokenizer, tmp_path_factory):
-    """Two real CPU SGLang servers serving model ``a``, disk weight sync."""
+    """Two real CPU SGLang servers serving model ``a``, disk weight sync, started with
+    the CPU defaults the factory chooses on this machine."""
     require_sglang()
     from rlkit.registry import ROLLOUT_ENGINES
     from rlkit.rollout import sglang  # noqa: F401  (registers "sglang")
@@ -82,7 +88,7 @@ def engine(model_dirs, tokenizer, tmp_path_factory):
         request_timeout_s=60.0,
         max_retries=3,
         retry_backoff_s=0.2,
-        **CPU_SERVER,
+        **PLATFORM_DEFAULTS,
     )
     try:
         yield eng

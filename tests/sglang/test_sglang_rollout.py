@@ -84,6 +84,15 @@ def test_sampling_mode_renormalises_over_the_top_p_nucleus(engine, hf_models):
     assert max_rollout_diff(batch, hf_models["a"], 1.0, top_p=0.3) < 1e-4
 
 
+def test_the_shared_servers_run_with_the_cpu_defaults(engine):
+    # The fixture names no device and no KV cache size: on this CPU machine the factory
+    # chose them, and both servers started with them.
+    for endpoint in engine.sync_endpoints:
+        cmd = " ".join(endpoint.server.launched)
+        assert "--device cpu" in cmd and "--max-total-tokens 16384" in cmd
+        assert "--attention-backend torch_native" in cmd and "--dtype float32" in cmd
+
+
 def test_both_servers_take_requests(engine):
     before = [e.served for e in engine.pool.endpoints]
     engine.generate([[1, 10 + i] for i in range(32)], SamplingParams(max_new_tokens=4, n=1))

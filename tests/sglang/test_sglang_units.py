@@ -177,3 +177,61 @@ def test_standin_imports_anything_but_raises_and_marks_the_log_when_called():
     assert "0.0.0+cpu-standin" in proc.stdout
     assert "SGLANG-CPU-STANDIN-CALLED: sgl_kernel.kvcacheio.transfer_kv_all_layer" in proc.stderr
     assert "StandinCalledError" in proc.stderr
+
+
+def _sglang_server(monkeypatch, **options):
+    """The server config ``make_sglang_engine`` builds (no server starts)."""
+    from rlkit.rollout.sglang import factory
+
+    built = {}
+
+    def engine(options_, server=None, num_servers=0, **own):
+        built.update(options=options_, server=server)
+        return built
+
+    monkeypatch.setattr("rlkit.rollout.sglang.engine.SGLangEngine", engine)
+    factory.make_sglang_engine(model_path="/m", **options)
+    return built
+
+
+def test_on_a_cpu_platform_the_server_gets_the_cpu_and_a_kv_cache_sized_for_the_run(
+    monkeypatch, tmp_path
+):
+    from rlkit.rollout.servers.run import FLOOR_TOKENS, ServerRun
+
+    run = ServerRun(tmp_path / "run", 512, 256, prompts_per_step=32, samples_per_prompt=8)
+    built = _sglang_server(monkeypatch, run=run)  # no engine options at all
+    cmd = " ".join(launch_command(built["server"], port=1234))
+    for expected in ["--device cpu", "--dtype float32", "--attention-backend torch_native"]:
+        assert expected in cmd
+    assert f"--max-total-tokens {32 * 8 * 768}" in cmd and "--mem-fraction-static" not in cmd
+    assert built["options"].log_dir == str(tmp_path / "run" / "servers")
+    # Without a run (an engine built directly): the floor, and logs in the engine's default.
+    built = _sglang_server(monkeypatch)
+    assert built["server"].max_total_tokens == FLOOR_TOKENS and built["options"].log_dir is None
+
+
+@pytest.mark.parametrize(
+    "options, tokens",
+    [
+        ({"max_total_tokens": 4096}, 4096),
+        ({"mem_fraction_static": 0.3}, None),
+        ({"server_args": ["--max-total-tokens", "2048"]}, None),
+        ({"log_dir": "/elsewhere"}, 16384),
+    ],
+)
+def test_what_the_user_gives_wins_over_the_cpu_defaults(monkeypatch, tmp_path, options, tokens):
+    from rlkit.rollout.servers.run import ServerRun
+
+    built = _sglang_server(monkeypatch, run=ServerRun(tmp_path), **options)
+    assert built["server"].max_total_tokens == tokens
+    assert built["options"].log_dir == options.get("log_dir", str(tmp_path / "servers"))
+
+
+def test_on_an_accelerator_platform_the_server_defaults_to_cuda(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("rlkit.device.current", lambda: SimpleNamespace(name="cuda"))
+    server = _sglang_server(monkeypatch)["server"]
+    assert server.device == "cuda" and server.max_total_tokens is None
+    assert server.attention_backend is None and not server.sleep_on_idle

@@ -94,6 +94,26 @@ def test_a_model_the_server_cannot_load_reports_its_log_and_command(tmp_path, mo
     (model / "config.json").write_text(json.dumps(config))
     err = train_on_vllm(tmp_path, model, capfd, **CPU_SERVER)
     assert "exited with code" in err and "during startup" in err
-    # The server's own reason, from its log, and the command that was run.
-    assert "NoSuchModelForCausalLM" in err
+    # The server's own reason, the one line of its log that says it, and where the log
+    # is: in the run's directory.
+    assert "Model architectures ['NoSuchModelForCausalLM'] are not supported" in err
+    log = tmp_path / "out" / "servers" / "vllm_server_0.log"
+    assert f"log: {log}" in err and log.is_file()
     assert "command: " in err and "vllm.entrypoints.openai.api_server --model" in err
+
+
+def test_a_kv_cache_larger_than_the_machine_stops_with_the_cause_from_the_log(
+    tmp_path, model_dirs, capfd
+):
+    require_vllm()
+    err = train_on_vllm(
+        tmp_path, model_dirs["a"], capfd, **(CPU_SERVER | {"kv_cache_gib": 100_000})
+    )
+    log = tmp_path / "out" / "servers" / "vllm_server_0.log"
+    (cause,) = [line for line in err.splitlines() if "exited with code" in line]
+    assert "during startup: ValueError: Available memory on node" in cause
+    assert "is less than requested memory for kv (100000.0 GiB)" in cause
+    assert "engine option kv_cache_gib" in cause  # which option sizes it
+    assert f"log: {log}" in err and log.is_file()
+    # One message: not the log's tracebacks, nor vLLM's "see root cause above" wrappers.
+    assert "Engine core initialization failed" not in err and 'File "' not in err

@@ -94,6 +94,7 @@ def test_the_launch_command_and_environment_of_a_cpu_server():
         dtype="float32",
         max_model_len=256,
         enable_chunked_prefill=False,
+        kv_cache_bytes=1 << 30,
         extra_args=("--enforce-eager",),
         env={"EXTRA": "1"},
     )
@@ -107,15 +108,21 @@ def test_the_launch_command_and_environment_of_a_cpu_server():
         "--logprobs-mode processed_logprobs",  # log-probs of the distribution sampled from
         "--generation-config vllm",  # the model's generation_config.json sets no defaults
         "--max-model-len 256",
+        "--kv-cache-memory-bytes 1073741824",  # a size, not a fraction of the machine
         "--no-enable-chunked-prefill",
     ]:
         assert expected in flags
     assert cmd[-1] == "--enforce-eager"
     env = config.environment(
-        {"PYTHONPATH": "/trainer", "VIRTUAL_ENV": "/trainer/.venv", "RANK": "1"}
+        {
+            "PYTHONPATH": "/trainer",
+            "VIRTUAL_ENV": "/trainer/.venv",
+            "RANK": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "40",  # would override the flag
+        }
     )
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # pause / reload / version routes
-    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["EXTRA"] == "1"
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env and env["EXTRA"] == "1"
     # The trainer's interpreter paths and launcher variables stay out of vLLM's process;
     # its PYTHONPATH is rlkit's worker extension alone (the weight checksums).
     assert not {"VIRTUAL_ENV", "RANK"} & set(env)
@@ -152,3 +159,79 @@ def test_a_head_size_the_cpu_attention_lacks_is_refused(tiny_model_dir, tmp_path
     wide.mkdir()
     (wide / "config.json").write_text(json.dumps(config | {"head_dim": 32}))
     check_servable(str(wide), "cpu")
+
+
+def _factory_servers(monkeypatch, model_path, **options):
+    """The server configs ``make_vllm_engine`` builds (no server starts, no vLLM probe)."""
+    from rlkit.rollout.vllm import factory, server
+
+    monkeypatch.setattr(server, "find_vllm_python", lambda python=None: "/env/bin/python")
+    monkeypatch.setattr(server, "check_vllm_install", lambda python: "0.32.0")
+    built = {}
+
+    def engine(options_, servers=(), seed=None, **own):
+        built.update(options=options_, servers=list(servers))
+        return built
+
+    monkeypatch.setattr("rlkit.rollout.vllm.engine.VLLMEngine", engine)
+    factory.make_vllm_engine(model_path=str(model_path), **options)
+    return built
+
+
+def _long_context_model(tmp_path):
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "num_hidden_layers": 2,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "float32",
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_on_a_cpu_platform_servers_get_the_cpu_and_a_kv_cache_sized_for_the_run(
+    monkeypatch, tmp_path
+):
+    from rlkit.rollout.servers.run import FLOOR_TOKENS, ServerRun
+
+    (tmp_path / "model").mkdir()
+    model = _long_context_model(tmp_path / "model")
+    run = ServerRun(tmp_path / "run", 512, 256, prompts_per_step=32, samples_per_prompt=8)
+    built = _factory_servers(monkeypatch, model, run=run)  # no engine options at all
+    (config,) = built["servers"]
+    assert config.device == "cpu" and config.dtype == "float32"  # this machine's platform
+    # 32 prompts x 8 samples x 768 tokens, 2 layers x 1 head x 32 x K,V x 4 bytes a token.
+    assert config.kv_cache_bytes == 32 * 8 * 768 * 512  # 96 MiB
+    assert "--kv-cache-memory-bytes" in config.command(1) and config.max_model_len is None
+    assert built["options"].log_dir == str(tmp_path / "run" / "servers")
+
+    # No run known (an engine built directly): the floor, and the model's 32k context cut
+    # to what that KV cache holds (vLLM refuses to start otherwise).
+    (config,) = _factory_servers(monkeypatch, model)["servers"]
+    assert config.kv_cache_bytes == 64 << 20 and config.max_model_len == FLOOR_TOKENS
+
+
+@pytest.mark.parametrize(
+    "options, expected_bytes",
+    [
+        ({"kv_cache_gib": 0.5}, 1 << 29),
+        ({"gpu_memory_utilization": 0.3}, None),
+        ({"server_args": ["--kv-cache-memory-bytes=1G"]}, None),
+        ({"server_env": {"VLLM_CPU_KVCACHE_SPACE": "2"}}, None),
+    ],
+)
+def test_a_kv_cache_size_the_user_gives_wins(monkeypatch, tmp_path, options, expected_bytes):
+    (config,) = _factory_servers(monkeypatch, _long_context_model(tmp_path), **options)["servers"]
+    assert config.kv_cache_bytes == expected_bytes and config.max_model_len is None
+
+
+def test_on_an_accelerator_platform_servers_default_to_cuda(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr("rlkit.device.current", lambda: SimpleNamespace(name="cuda"))
+    (config,) = _factory_servers(monkeypatch, _long_context_model(tmp_path))["servers"]
+    assert config.device == "cuda" and config.kv_cache_bytes is None
+    assert config.dtype == "auto"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rlkit.rollout.servers.errors import ServerStartError
+from rlkit.rollout.servers.startup_log import START_MARKER, root_cause, this_start
 
 
 class ServerLaunch(Protocol):
@@ -156,6 +157,11 @@ class ManagedServer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
             self.launched = self._command(config)
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            command = shlex.join(self.launched).replace("\n", "\\n")  # the marker is one line
+            marker = f"{START_MARKER}{config.server_name} server on port {self.port} at {stamp}"
+            log.write(f"{marker}: {command}\n".encode())
+            log.flush()
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _EXEC_WITH_PDEATHSIG, *self.launched],
                 stdout=log,
@@ -179,32 +185,51 @@ class ManagedServer:
         """Block until ``GET /health`` answers 200.
 
         Raises:
-            ServerStartError: the process exited, or ``timeout_s`` passed (the
-                server is stopped then); the message holds the log's last lines.
+            ServerStartError: the process exited, or ``timeout_s`` passed (the server
+                is stopped then). The message is the line of the log that says why
+                (:func:`~rlkit.rollout.servers.startup_log.root_cause`; the log's last
+                lines when none does), the log's path and the command that was run.
         """
-        deadline = time.monotonic() + (timeout_s or self.config.startup_timeout_s)
+        timeout_s = timeout_s or self.config.startup_timeout_s
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive:
+                code = self.process.returncode if self.process else None
                 raise ServerStartError(
-                    f"{self.config.server_name} server on port {self.port} exited with code "
-                    f"{self.process.returncode if self.process else None} during startup; "
-                    f"{self._launch_report()}"
+                    self.startup_failure(f"exited with code {code} during startup")
                 )
             if http_ok(self.url + "/health", timeout_s=2.0):
                 return
             time.sleep(0.5)
         self.stop()
         raise ServerStartError(
-            f"{self.config.server_name} server on port {self.port} was not healthy after "
-            f"{timeout_s or self.config.startup_timeout_s:.0f} s (raise startup_timeout_s if the "
-            f"model is large); {self._launch_report()}"
+            self.startup_failure(
+                f"was not healthy after {timeout_s:.0f} s (raise startup_timeout_s if the "
+                f"model is large)"
+            )
         )
 
-    def _launch_report(self) -> str:
-        return (
-            f"command: {shlex.join(self.launched)}\nlog {self.log_path} ends with:\n"
-            f"{self.log_tail()}"
-        )
+    def startup_failure(self, what: str) -> str:
+        """The message of a server that did not start: ``what`` happened, why (the log's
+        telling line), and where the log and the command are."""
+        head = f"{self.config.server_name} server on port {self.port} {what}"
+        text = self.log_text()
+        cause = root_cause(text)
+        if cause is not None:
+            hint = getattr(self.config, "failure_hint", None)
+            extra = hint(cause) if callable(hint) else ""
+            report = f"{head}: {cause}{extra}\nlog: {self.log_path}"
+        else:
+            tail = "\n".join(this_start(text).splitlines()[-15:]) or "(empty)"
+            report = f"{head}; log {self.log_path} ends with:\n{tail}"
+        return f"{report}\ncommand: {shlex.join(self.launched)}"
+
+    def log_text(self) -> str:
+        """The whole server log ('' when there is none)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
 
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL whatever is left after ``grace_s``. Idempotent."""

@@ -12,10 +12,19 @@ from typing import Any
 
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.servers.factory_options import forwarded_options, stop_token_ids
-from rlkit.rollout.servers.options import split_server_options
+from rlkit.rollout.servers.options import ServerOptions, split_server_options
+from rlkit.rollout.servers.run import (
+    FLOOR_TOKENS,
+    ServerRun,
+    default_device,
+    kv_cache_tokens,
+    log_defaults,
+    log_dir_option,
+)
 
-#: KV-cache tokens of a CPU server when not given (SGLang would reserve ~70% of the RAM).
-CPU_MAX_TOTAL_TOKENS = 16384
+#: KV-cache tokens of a CPU server at least, when not given (SGLang would reserve ~70% of
+#: the RAM); the run's concurrent sequences may ask for more.
+CPU_MAX_TOTAL_TOKENS = FLOOR_TOKENS
 
 
 @ROLLOUT_ENGINES.register(
@@ -23,6 +32,7 @@ CPU_MAX_TOTAL_TOKENS = 16384
     summary="SGLang servers (started, attached by URL, or behind sglang-router)",
     holds_own_weights=True,  # samples while the trainer updates (rollout_mode one_step_off)
     continues_in_flight=True,  # syncs under running requests (partial_rollout continue)
+    takes_run=True,  # the trainer passes run=ServerRun (rlkit.rollout.servers.run)
 )
 def make_sglang_engine(
     *,
@@ -33,7 +43,7 @@ def make_sglang_engine(
     num_servers: int = 1,
     urls: Sequence[str] = (),
     router_url: str | None = None,
-    device: str = "cuda",
+    device: str | None = None,
     dtype: str = "auto",
     tp_size: int = 1,
     base_gpu_id: int = 0,
@@ -44,6 +54,7 @@ def make_sglang_engine(
     server_args: Sequence[str] = (),
     server_env: dict[str, str] | None = None,
     startup_timeout_s: float = 600.0,
+    run: ServerRun | None = None,
     **engine_options: Any,
 ) -> Any:
     """Build an :class:`~rlkit.rollout.sglang.engine.SGLangEngine`.
@@ -62,18 +73,26 @@ def make_sglang_engine(
         num_servers: servers to start (0 with ``urls`` / ``router_url``: attach only).
         urls: servers started by someone else; with ``router_url``, the workers behind it.
         router_url: an ``sglang-router`` address that all generation goes through.
-        device, dtype, tp_size, base_gpu_id, mem_fraction_static, max_total_tokens,
+        device: ``--device``; ``None``: ``cpu`` where the trainer's platform is the CPU,
+            else ``cuda``.
+        dtype, tp_size, base_gpu_id, mem_fraction_static, max_total_tokens,
             attention_backend: ``sglang.launch_server`` flags (see
             :class:`~rlkit.rollout.sglang.server.ServerConfig`). With ``device="cpu"``,
             ``dtype="auto"`` becomes ``float32`` (SGLang would serve a float32 checkpoint in
-            float16), and unset ``attention_backend`` / ``max_total_tokens`` become
-            ``torch_native`` / ``CPU_MAX_TOTAL_TOKENS``.
+            float16), an unset ``attention_backend`` becomes ``torch_native``, and unless
+            ``max_total_tokens``, ``mem_fraction_static`` or one of their server flags is
+            given the KV cache is sized for the run's concurrent sequences (at least
+            ``CPU_MAX_TOTAL_TOKENS``: :func:`~rlkit.rollout.servers.run.kv_cache_tokens`).
         sleep_on_idle: ``--sleep-on-idle`` (idle schedulers stop busy-polling a core);
             ``None`` means on for ``device="cpu"``, where servers share cores with the
             trainer, and off elsewhere (SGLang's default, lowest first-token latency).
         server_args: further ``launch_server`` flags, as strings.
         server_env: extra environment variables for started servers.
         startup_timeout_s: seconds a server may take to become healthy.
+        run: what the trainer tells about its run
+            (:class:`~rlkit.rollout.servers.run.ServerRun`): logs and snapshots go to
+            ``output_dir/servers`` unless ``log_dir`` is given, and its lengths and batch
+            size a CPU server's KV cache.
         **engine_options: :class:`~rlkit.rollout.servers.options.ServerOptions` fields
             (``max_concurrency``, ``request_timeout_s``, ``max_retries``,
             ``retry_backoff_s``, ``restart_dead_servers``, ``max_restarts``, ``sync_dir``,
@@ -86,10 +105,20 @@ def make_sglang_engine(
     from rlkit.rollout.sglang.engine import SGLangEngine
     from rlkit.rollout.sglang.server import ServerConfig
 
+    device = device or default_device()
+    log_dir_option(engine_options, run)
     if device == "cpu":  # SGLang's own CPU defaults are traps (see docs/sglang.md)
         dtype = "float32" if dtype == "auto" else dtype
         attention_backend = attention_backend or "torch_native"
-        max_total_tokens = max_total_tokens or CPU_MAX_TOTAL_TOKENS
+        sized = {"--max-total-tokens", "--mem-fraction-static"}
+        user_sized = any(str(a).split("=", 1)[0] in sized for a in server_args)
+        if max_total_tokens is None and mem_fraction_static is None and not user_sized:
+            max_concurrency = engine_options.get("max_concurrency", ServerOptions.max_concurrency)
+            max_total_tokens, how = kv_cache_tokens(run, max_concurrency)
+            log_defaults(
+                f"SGLang on CPU: KV cache of {max_total_tokens} tokens (--max-total-tokens; "
+                f"{how}); engine option max_total_tokens or mem_fraction_static overrides it"
+            )
     if sleep_on_idle is None:
         sleep_on_idle = device == "cpu"
     server = None

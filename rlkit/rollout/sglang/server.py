@@ -81,6 +81,12 @@ class ServerConfig:
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         return server_env(self, base)
 
+    def failure_hint(self, cause: str) -> str:
+        """Appended to a failed start's cause: which engine option sizes the memory."""
+        if "memory" not in cause.lower():
+            return ""
+        return " (the KV cache's size is the engine option max_total_tokens or mem_fraction_static)"
+
     def with_weights(self, model_path: str | None, weight_version: str | None) -> ServerConfig:
         changes = {"model_path": model_path, "weight_version": weight_version}
         return replace(self, **{k: v for k, v in changes.items() if v is not None})

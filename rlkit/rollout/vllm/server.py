@@ -35,8 +35,9 @@ PYTHON_ENV = "RLKIT_VLLM_PYTHON"
 _VENV_IN_REPO = Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
 #: vLLM releases whose routes and response fields this engine was written against.
 SUPPORTED_VERSIONS = ("0.32.",)
-#: KV-cache size (GiB) of a CPU server when not given: vLLM's CPU default is 4 GiB.
-CPU_KV_CACHE_GIB = 1
+#: ``VLLM_CPU_KVCACHE_SPACE``: vLLM's CPU build reads it as whole GiB and lets it override
+#: ``--kv-cache-memory-bytes``; a server given the flag runs without it.
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 #: The folder put on a started server's ``PYTHONPATH``: it holds only the self-contained
 #: worker extension (vLLM's environment has no rlkit to import it from).
 EXTENSION_DIR = Path(__file__).resolve().parent / "worker_extension"
@@ -65,7 +66,8 @@ class VLLMServerConfig:
         max_model_len: longest context (prompt + response) served.
         enable_chunked_prefill: ``--enable-chunked-prefill`` / ``--no-...``; ``None``:
             vLLM's default.
-        kv_cache_gib: CPU only: ``VLLM_CPU_KVCACHE_SPACE`` in GiB.
+        kv_cache_bytes: ``--kv-cache-memory-bytes``: the KV cache's size, which then
+            reserves no fraction of the device's (on CPU: the machine's) memory.
         cuda_devices: GPUs of this server (``CUDA_VISIBLE_DEVICES``), e.g. ``"2,3"``.
         host: interface to listen on.
         seed: ``--seed``.
@@ -90,7 +92,7 @@ class VLLMServerConfig:
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     enable_chunked_prefill: bool | None = None
-    kv_cache_gib: float | None = None
+    kv_cache_bytes: int | None = None
     cuda_devices: str | None = None
     host: str = "127.0.0.1"
     seed: int | None = None
@@ -119,6 +121,7 @@ class VLLMServerConfig:
         optional = {
             "--gpu-memory-utilization": self.gpu_memory_utilization,
             "--max-model-len": self.max_model_len,
+            "--kv-cache-memory-bytes": self.kv_cache_bytes,
             "--seed": self.seed,
         }
         for flag, value in optional.items():
@@ -134,8 +137,9 @@ class VLLMServerConfig:
         env["VLLM_SERVER_DEV_MODE"] = "1"  # the pause / reload / version routes
         # The trainer's interpreter paths would shadow vLLM's own environment.
         env.pop("VIRTUAL_ENV", None)
+        if self.kv_cache_bytes is not None:
+            env.pop(KV_CACHE_ENV, None)  # it would override the flag (server_env still may)
         if self.device == "cpu":
-            env["VLLM_CPU_KVCACHE_SPACE"] = f"{self.kv_cache_gib or CPU_KV_CACHE_GIB:g}"
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
         if self.cuda_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.cuda_devices
@@ -158,6 +162,15 @@ class VLLMServerConfig:
             elif arg.startswith("--max-logprobs="):
                 limit = int(arg.split("=", 1)[1])
         return None if limit < 0 else limit
+
+    def failure_hint(self, cause: str) -> str:
+        """Appended to a failed start's cause: which engine option sizes the memory."""
+        if "memory" not in cause.lower():
+            return ""
+        return (
+            " (the KV cache's size is the engine option kv_cache_gib; "
+            "gpu_memory_utilization makes it a fraction of the device's memory)"
+        )
 
     def with_weights(self, model_path: str | None, weight_version: str | None) -> VLLMServerConfig:
         # vLLM has no launch flag for the version: the engine sets it after startup.

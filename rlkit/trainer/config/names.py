@@ -161,7 +161,7 @@ def engine_option_check(factory: Any, options: dict[str, Any]) -> None:
             forwarded = set(factory.forwarded_options())
         except ImportError:  # the engine's packages are missing: it reports that itself
             return
-    passed = {"model_path", "tokenizer", "weights", "seed"}  # the trainer's own arguments
+    passed = {"model_path", "tokenizer", "weights", "seed", "run"}  # the trainer's own arguments
     known = [n for n, p in params.items() if p.kind is not p.VAR_KEYWORD and n not in passed]
     known += sorted(forwarded - set(known))
     unknown = sorted(set(options) - set(known))
