@@ -133,7 +133,7 @@ def test_a_failing_learning_curve_plot_warns_and_the_run_succeeds(
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(rlkit.logging, "plot_learning_curves", broken)
+    monkeypatch.setattr(rlkit.logging, "plot_run_dashboard", broken)
     cfg = small_experiment(
         demo_model_dir,
         tmp_path / "run",

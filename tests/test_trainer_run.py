@@ -29,7 +29,7 @@ def _stable(records):
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in records]
 
 
-def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tmp_path):
+def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
     cfg = small_experiment(
         demo_model_dir,
@@ -77,6 +77,13 @@ def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tm
     )
     assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
     assert (out / "learning_curve.png").stat().st_size > 1000
+    low, high = (history[-1][f"val/arithmetic/mean@2/{end}"] for end in ("ci_low", "ci_high"))
+    assert 0 <= low <= history[-1]["val/arithmetic/mean@2"] <= high <= 1
+    # The run ends with a summary: held-out first -> last, and where things are.
+    summary = capsys.readouterr().out.split("rlkit: finished at step 2")[1]
+    assert "held-out arithmetic/mean@2: " in summary and "at step 0 -> " in summary
+    assert f"checkpoints: {out / 'checkpoints'}" in summary
+    assert f"curve: {out / 'learning_curve.png'}" in summary
 
 
 def response_length_reward(response: str, ground_truth: str, **extra) -> float:

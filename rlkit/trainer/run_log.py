@@ -75,14 +75,51 @@ def plot_learning_curve(out_dir: Path, title: str) -> None:
     """``learning_curve.png`` from ``metrics.jsonl``; a plot is a convenience, so failing
     to draw it (no metric to show, a full disk, a matplotlib problem) warns and the run
     still succeeds."""
-    from rlkit.logging import plot_learning_curves
+    from rlkit.logging import plot_run_dashboard
 
     try:
-        plot_learning_curves(
-            {out_dir.name: out_dir / "metrics.jsonl"},
-            out_dir / "learning_curve.png",
-            keys=("critic/score/mean", "val/*"),
-            title=title,
-        )
+        plot_run_dashboard(out_dir / "metrics.jsonl", out_dir / "learning_curve.png", title=title)
     except Exception as exc:  # noqa: BLE001 - any failure of the plot alone
         warnings.warn(f"learning_curve.png not written: {exc!r}", stacklevel=2)
+
+
+def _accuracy_at(record: dict[str, Any], key: str) -> str:
+    """``43.1% [38.0, 48.2] at step 0``: ``record[key]`` with its 95% interval, if logged."""
+    low, high = record.get(f"{key}/ci_low"), record.get(f"{key}/ci_high")
+    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else ""
+    return f"{100 * record[key]:.1f}%{interval} at step {record['step']}"
+
+
+def _held_out_lines(first: dict[str, Any], last: dict[str, Any]) -> list[str]:
+    """One line per held-out accuracy (``val/<source>/mean@n``): first value -> last, with
+    their 95% intervals and the change in points."""
+    keys = [k for k in last if k.startswith("val/") and "/mean@" in k and k in first]
+    return [
+        f"  held-out {key.removeprefix('val/')}: {_accuracy_at(first, key)} -> "
+        f"{_accuracy_at(last, key)} ({100 * (last[key] - first[key]):+.1f} points)"
+        for key in sorted(keys)
+        if not key.endswith(("/ci_low", "/ci_high"))
+    ]
+
+
+def run_summary(out_dir: Path, steps: int, seconds: float, checkpoints: Path | None) -> str:
+    """What a finished run prints last: its steps and time, held-out accuracy first ->
+    last (from ``metrics.jsonl``, so a resumed run counts from its first validation), and
+    where its curve, logs and checkpoints are."""
+    from rlkit.logging import read_metrics
+
+    metrics = out_dir / "metrics.jsonl"
+    records = read_metrics(metrics) if metrics.exists() else []
+    validated = [r for r in records if any(k.startswith("val/") for k in r)]
+    minutes, rest = divmod(round(seconds), 60)
+    lines = [f"rlkit: finished at step {steps} ({minutes} min {rest} s in this process)"]
+    if len(validated) >= 2:
+        lines += _held_out_lines(validated[0], validated[-1])
+    places = [
+        ("curve", out_dir / "learning_curve.png"),
+        ("metrics", metrics),
+        ("TensorBoard", out_dir / "tensorboard"),
+        ("checkpoints", checkpoints),
+    ]
+    lines += [f"  {name}: {path}" for name, path in places if path is not None and path.exists()]
+    return "\n".join(lines)

@@ -292,7 +292,7 @@ class RLTrainer:
             return self._train_steps()
 
     def _train_steps(self) -> list[dict[str, float]]:
-        t = self.cfg.trainer
+        t, started = self.cfg.trainer, time.perf_counter()
         if t.val_before_train and self.val_prompts is not None and self.resumed_from is None:
             val = self.validate()
             self._log(val, self.step_count)
@@ -341,6 +341,12 @@ class RLTrainer:
             self.weights.save_pretrained(str(self.out_dir / "hf_model"))
         if self.is_main and t.plot_learning_curve and (self.out_dir / "metrics.jsonl").exists():
             run_log.plot_learning_curve(self.out_dir, self.algorithm.name)
+        if self.is_main and ran:
+            seconds = time.perf_counter() - started
+            summary = run_log.run_summary(
+                self.out_dir, self.step_count, seconds, self.checkpoints.root
+            )
+            self._print(summary)
         return self.metrics_history
 
     def step(self) -> dict[str, float]:
@@ -467,4 +473,12 @@ def _having(roles: dict[str, Role], hook: str) -> list[tuple[str, Role]]:
 
 
 def _fmt(metrics: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith("val/"))
+    shown = []
+    for key, value in sorted(metrics.items()):
+        if not key.startswith("val/") or key.endswith(("/ci_low", "/ci_high")):
+            continue
+        low, high = metrics.get(f"{key}/ci_low"), metrics.get(f"{key}/ci_high")
+        shown.append(
+            f"{key}={value:.4f}" + (f" [{low:.4f}, {high:.4f}]" if low is not None else "")
+        )
+    return ", ".join(shown)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from rlkit.metrics.intervals import mean_at_n_interval
 from rlkit.metrics.pass_at_k import mean_and_pass_at_k
 from rlkit.trainer.builders import seed_everything
 from rlkit.trainer.checkpoint import capture_rng_state, restore_rng_state
@@ -65,6 +66,11 @@ def validation_metrics(scored: ScoredRollout, prompts: PromptSet) -> dict[str, f
     for source, per_prompt in correct.items():
         stats = mean_and_pass_at_k(list(per_prompt.values()))
         out |= {f"val/{source}/{k}": v for k, v in stats.items()}
+        mean_at_n = next(k for k in stats if k.startswith("mean@"))
+        interval = mean_at_n_interval(list(per_prompt.values()))
+        if interval.low is not None:  # the 95% interval over problems (Wilson / t)
+            out[f"val/{source}/{mean_at_n}/ci_low"] = interval.low
+            out[f"val/{source}/{mean_at_n}/ci_high"] = interval.high
         out[f"val/{source}/score/mean"] = float(np.mean(scores[source]))
         if source in tool_use:  # multi-turn loops: how often the policy called a tool
             out[f"val/{source}/tool_call_rate"] = float(np.mean(tool_use[source]))
