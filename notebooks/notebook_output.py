@@ -3,7 +3,8 @@
 Every notebook writes into ``$RLKIT_NOTEBOOK_OUT/<notebook>/`` (default: a
 directory ``rlkit_notebooks`` in the system's temp dir): one PNG per figure and
 ``summary.json`` with the numbers that ``tests/test_notebooks.py`` checks. The
-notebooks themselves are stored without outputs.
+notebooks are stored with their outputs (``scripts/execute_notebooks.py`` re-executes
+them), so their figures show without running them.
 """
 
 from __future__ import annotations
