@@ -17,7 +17,7 @@ from rlkit.from_verl import KEYS, UNSUPPORTED, check_targets, overrides_of, tran
 from rlkit.from_verl.hydra_values import hydra_value
 from rlkit.from_verl.key_table import ALIASES, MATCHING
 from rlkit.from_verl.shell import ScriptReader
-from rlkit.from_verl.verl_keys import is_verl_key
+from rlkit.from_verl.verl_keys import is_verl_key, older_release
 from rlkit.train import build_config, parse_config
 from rlkit.train import main as train_main
 
@@ -88,7 +88,9 @@ def test_every_mapped_key_names_an_rlkit_field_and_every_table_key_is_verls():
     assert check_targets() == []
     assert not set(KEYS) & set(UNSUPPORTED)
     tables = {*KEYS, *UNSUPPORTED, *MATCHING, *ALIASES}
-    not_verl = sorted(k for k in tables if not is_verl_key(k) and k not in ALIASES.values())
+    not_verl = sorted(
+        k for k in tables if not (is_verl_key(k) or older_release(k)) and k not in ALIASES.values()
+    )
     assert not_verl == [
         k for k in not_verl if k.startswith(("reward_model.reward_kwargs", "reward.reward_kwargs"))
     ]
@@ -545,3 +547,42 @@ def test_the_overlong_buffer_through_reward_kwargs_is_read_as_the_recipes_buffer
     used = {key for key, _, _ in result.used}
     assert "reward_model.reward_kwargs.overlong_buffer_cfg.enable" in used  # as written
     assert "reward_model.reward_kwargs.max_resp_len" in used and not result.unsupported
+
+
+def test_keys_of_earlier_verl_releases_are_named_with_their_release():
+    result = translate(
+        [
+            "critic.model.fsdp_config.param_offload=False",  # verl <= 0.8: critic.fsdp.*
+            "reward_model.micro_batch_size_per_gpu=32",
+        ]
+    )
+    assert not result.unknown
+    used = {key: how for key, _, how in result.used}
+    assert "critic.model.fsdp_config.param_offload" in used  # read as critic.fsdp.*
+    ((key, _, why),) = result.unsupported
+    assert key == "reward_model.micro_batch_size_per_gpu" and "a key of verl 0.6.1" in why
+
+
+def test_rollout_correction_maps_to_rlkits_truncate_or_mask():
+    truncate = translate(
+        [
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_is_threshold=2.0",
+        ]
+    ).bindings
+    assert truncate["AlgorithmConfig.rollout_is_level"] == "token"
+    assert truncate["AlgorithmConfig.rollout_is_threshold"] == 2.0
+    icepop = translate(["algorithm.rollout_correction.rollout_is_threshold=0.5_2.0"]).bindings
+    assert icepop["AlgorithmConfig.rollout_is_mode"] == "mask"
+    assert (
+        icepop["AlgorithmConfig.rollout_is_threshold_low"],
+        icepop["AlgorithmConfig.rollout_is_threshold"],
+    ) == (0.5, 2.0)
+
+
+def test_a_generation_script_is_refused_naming_rlkit_eval(tmp_path, capsys):
+    script = tmp_path / "gen.sh"
+    script.write_text("python3 -m verl.trainer.main_generation data.path=x.parquet model.path=m\n")
+    assert rlkit_main(["from-verl", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "runs verl.trainer.main_generation" in err and "rlkit eval" in err

@@ -25,10 +25,13 @@ def check_targets() -> list[str]:
         for g in dataclasses.fields(f.default_factory)
     }
     targets = {k.target for k in KEYS.values()}
-    targets |= {
+    targets |= {  # the settings folded keys are written to (rlkit.from_verl.translation)
         "TrainerConfig.cpu_offload",
         "RolloutConfig.engine_options",
         "DataConfig.truncation",
+        "AlgorithmConfig.rollout_is_mode",
+        "AlgorithmConfig.rollout_is_threshold",
+        "AlgorithmConfig.rollout_is_threshold_low",
     }
     return sorted(targets - known)
 

@@ -17,7 +17,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from rlkit.from_verl.translation import Translation, overrides_of, translate
+from rlkit.from_verl.translation import (
+    NOT_RL_TRAINING,
+    Translation,
+    entry_modules,
+    overrides_of,
+    translate,
+)
 
 USER_ERROR_EXIT = 2
 
@@ -76,6 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     if read is None:
         return USER_ERROR_EXIT
     source, text = read
+    other = [m for m in entry_modules(text, dict(os.environ)) if m in NOT_RL_TRAINING]
+    if other:
+        print(
+            f"rlkit from-verl: {source} runs {other[0]}, not verl's RL trainer: "
+            f"{NOT_RL_TRAINING[other[0]]}",
+            file=sys.stderr,
+        )
+        return USER_ERROR_EXIT
     overrides = overrides_of(text, dict(os.environ))
     if not overrides:
         print("rlkit from-verl: no verl key=value overrides found", file=sys.stderr)

@@ -75,6 +75,15 @@ def _dtype(value: Any) -> str:
     return _DTYPES[str(value)]
 
 
+def _is_level(value: Any) -> str | None:
+    if value not in (None, "token", "sequence"):
+        raise ValueError(
+            f"algorithm.rollout_correction.rollout_is={value!r}: rlkit weighs per token or "
+            f"per sequence (or not at all: null)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class Key:
     """Where one verl key goes: an rlkit ``Section.field`` and how its value converts."""
@@ -188,11 +197,26 @@ KEYS: dict[str, Key] = {
     "trainer.critic_warmup": Key("AlgorithmConfig.critic_warmup", int),
     "trainer.balance_batch": Key("TrainerConfig.balance_batch", bool),
     "trainer.device": Key("TrainerConfig.platform", _platform),
+    "reward_model.model.path": Key("RewardModelConfig.path", str),
+    "reward.reward_model.model_path": Key("RewardModelConfig.path", str),
+    "reward_model.num_workers": Key(
+        "DataConfig.reward_workers", int, "processes that score rewards beside the trainer"
+    ),
+    "algorithm.rollout_correction.rollout_is": Key("AlgorithmConfig.rollout_is_level", _is_level),
     "actor_rollout_ref.actor.fsdp_config.model_dtype": Key(
         "ModelConfig.dtype", _dtype, "the dtype the policy is loaded and trained in"
     ),
 }
 """verl key -> rlkit field; see docs/from_verl.md for the table."""
+
+_COLOCATED = (
+    "verl's memory hand-over between the trainer and a colocated engine; rlkit's servers are "
+    "processes of their own, sized by engine_options"
+)
+_CRITIC_BATCHES = (
+    "the critic uses the actor's micro-batches (OptimConfig.use_dynamic_bsz, "
+    "max_token_len_per_micro_batch, micro_batch_size)"
+)
 
 UNSUPPORTED: dict[str, str] = {
     "data.prompt_key": "rlkit reads the 'prompt' column of verl's rows (rename the column)",
@@ -224,6 +248,25 @@ UNSUPPORTED: dict[str, str] = {
         "(AlgorithmConfig.math)"
     ),
     "trainer.log_val_generations": "validation metrics only",
+    "data.image_key": "rlkit reads the 'images' column of verl's rows (docs/vision_language.md)",
+    "data.val_batch_size": (
+        "rlkit validates the whole held-out set in one pass (DataConfig.val_limit caps it)"
+    ),
+    "actor_rollout_ref.rollout.load_format": (
+        "rlkit's servers start from the model directory (or the last weight snapshot)"
+    ),
+    "actor_rollout_ref.rollout.layered_summon": _COLOCATED,
+    "actor_rollout_ref.rollout.free_cache_engine": _COLOCATED,
+    "actor_rollout_ref.rollout.multi_stage_wake_up": _COLOCATED,
+    "actor_rollout_ref.model.use_shm": "rlkit loads the model from its directory",
+    "actor_rollout_ref.rollout.over_sample_rate": (
+        "rlkit waits for every response of a step (TrainerConfig.partial_rollout carries long "
+        "ones over in async mode)"
+    ),
+    "critic.ppo_max_token_len_per_gpu": _CRITIC_BATCHES,
+    "critic.forward_max_token_len_per_gpu": _CRITIC_BATCHES,
+    "critic.use_dynamic_bsz": _CRITIC_BATCHES,
+    "critic.optim.lr_warmup_steps_ratio": "use OptimConfig.warmup_steps",
     "trainer.val_only": "use `rlkit eval`",
 }
 """verl keys with no rlkit field, and why (prefixes below are added)."""
@@ -235,6 +278,31 @@ _PREFIX_REASONS = (
         "cpu_offload, mixed_precision); this one is not offered",
     ),
     (".fsdp.", "rlkit's FSDP2 layout is fixed (TrainerConfig.backend_strategy, cpu_offload)"),
+    (
+        "reward_model.rollout.",
+        "rlkit runs the reward model in the trainer's processes (RewardModelConfig), not on a "
+        "rollout server",
+    ),
+    (
+        "reward.reward_model.rollout.",
+        "rlkit runs the reward model in the trainer's processes (RewardModelConfig), not on a "
+        "rollout server",
+    ),
+    ("global_profiler.", "rlkit logs each phase's time (timing_s/*); profile with torch.profiler"),
+    (
+        "data.custom_cls.",
+        "rlkit reads verl's files itself; a dataset of your own is DataConfig.dataset_fn",
+    ),
+    (
+        "algorithm.rollout_correction.",
+        "rlkit's rollout correction is AlgorithmConfig.rollout_is_level, rollout_is_mode "
+        "(truncate | mask) and rollout_is_threshold(_low) (docs/algorithms.md)",
+    ),
+    (
+        ".megatron.",
+        "a Megatron-Core backend setting: rlkit trains with FSDP2 (docs/scale.md says which "
+        "models that covers)",
+    ),
     (".checkpoint.", "checkpoints hold the whole training state"),
     (
         "actor_rollout_ref.rollout.multi_turn.",
@@ -251,6 +319,10 @@ _PREFIX_REASONS = (
 
 
 MATCHING: dict[str, tuple[Any, str]] = {
+    "actor_rollout_ref.rollout.calculate_log_probs": (
+        True,
+        "rlkit's engines always return the sampled tokens' log-probs",
+    ),
     "data.prompt_key": ("prompt", "rlkit reads the 'prompt' column of verl's rows"),
     "data.return_raw_chat": (True, "rlkit always keeps the chat messages"),
     "actor_rollout_ref.model.use_fused_kernels": (
@@ -293,8 +365,17 @@ def _overlong_aliases() -> dict[str, str]:
     return out
 
 
+def _critic_fsdp_aliases() -> dict[str, str]:
+    # verl <= 0.8 kept the critic's FSDP settings under critic.model.fsdp_config.
+    return {
+        f"critic.model.fsdp_config.{leaf}": f"critic.fsdp.{leaf}"
+        for leaf in ("param_offload", "optimizer_offload", "fsdp_size", "model_dtype")
+    }
+
+
 ALIASES: dict[str, str] = {
     **_overlong_aliases(),
+    **_critic_fsdp_aliases(),
     "reward.reward_manager.name": "reward_model.reward_manager",
     "reward.custom_reward_function.path": "custom_reward_function.path",
     "reward.custom_reward_function.name": "custom_reward_function.name",

@@ -17,7 +17,7 @@ from typing import Any
 from rlkit.from_verl.hydra_values import hydra_value
 from rlkit.from_verl.key_table import ALIASES, KEYS, MATCHING, reason
 from rlkit.from_verl.shell import ScriptReader
-from rlkit.from_verl.verl_keys import is_verl_key, nearest
+from rlkit.from_verl.verl_keys import is_verl_key, nearest, older_release
 
 _PRESETS = {"gae": "ppo", "grpo": "grpo", "rloo": "rloo", "remax": "remax"}
 _ROLLOUT = "actor_rollout_ref.rollout."
@@ -30,12 +30,14 @@ _SERVER_KEYS = (
     "max_num_seqs",
     "enforce_eager",
     "enable_expert_parallel",
+    "data_parallel_size",
+    "expert_parallel_size",
 )
 _OFFLOAD = re.compile(
     r"(actor_rollout_ref\.(actor|ref)\.fsdp_config|critic\.fsdp)\.(param|optimizer)_offload"
 )
 _LOG_PROB = re.compile(
-    r"actor_rollout_ref\.(ref|rollout)\.log_prob_(use_dynamic_bsz|max_token_len_per_gpu|micro_batch_size_per_gpu)"
+    r"actor_rollout_ref\.(ref|rollout)\.log_prob_(use_dynamic_bsz|max_token_len_per_gpu|micro_batch_size(?:_per_gpu)?)"
 )
 #: the actor's setting each log-prob key stands beside
 _LOG_PROB_PEER = {
@@ -46,6 +48,10 @@ _LOG_PROB_PEER = {
     ),
     "micro_batch_size_per_gpu": (
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+        "OptimConfig.micro_batch_size",
+    ),
+    "micro_batch_size": (
+        "actor_rollout_ref.actor.ppo_micro_batch_size",
         "OptimConfig.micro_batch_size",
     ),
 }
@@ -93,6 +99,24 @@ def overrides_of(text: str, environ: dict[str, str] | None = None) -> list[Overr
     for command in reader.commands(text):
         found += [Override.parse(w.text, w.missing) for w in command.words if is_override(w.text)]
     return found
+
+
+#: verl entry points that do not train with RL, and what rlkit offers instead.
+NOT_RL_TRAINING = {
+    "verl.trainer.main_generation": "generation for evaluation: use `rlkit eval` (docs/evaluation.md)",
+    "verl.trainer.main_eval": "scoring generated files: use `rlkit eval` (docs/evaluation.md)",
+    "verl.trainer.fsdp_sft_trainer": "supervised fine-tuning, which rlkit does not translate",
+    "verl.trainer.sft_trainer": "supervised fine-tuning, which rlkit does not translate",
+}
+
+
+def entry_modules(text: str, environ: dict[str, str] | None = None) -> list[str]:
+    """The modules the script runs with ``python -m``, in order."""
+    modules = []
+    for command in ScriptReader(environ or {}).commands(text):
+        words = [w.text for w in command.words]
+        modules += [words[i + 1] for i, w in enumerate(words[:-1]) if w == "-m"]
+    return modules
 
 
 @dataclass
@@ -177,7 +201,8 @@ class _Translator:
 
     def _one(self, item: Override) -> None:
         key = ALIASES.get(item.key, item.key)
-        if not (is_verl_key(key) or key in ALIASES.values() or item.prefix.startswith("+")):
+        known = is_verl_key(key) or key in ALIASES.values() or older_release(key)
+        if not (known or item.prefix.startswith("+")):
             self.out.unknown.append((key, item.text, nearest(key) or "none close"))
             return
         if item.missing:
@@ -196,6 +221,8 @@ class _Translator:
             self.folded.append((Override(key, item.text, item.prefix, written=item.key), value))
         else:
             why = reason(key)
+            if why is None and older_release(key):
+                why = f"a key of verl {older_release(key)}, which 0.9.1 no longer has; no rlkit counterpart"
             if why is None and item.prefix.startswith("+") and not is_verl_key(key):
                 why = "added with '+': not a key of verl's configuration, so nothing maps it"
             self.out.unsupported.append((key, item.text, why or "no rlkit counterpart"))
@@ -222,6 +249,8 @@ class _Translator:
             self._reward_manager(item, value)
         elif key == "data.filter_overlong_prompts":
             self._filter_overlong(item, value)
+        elif key == "algorithm.rollout_correction.rollout_is_threshold":
+            self._is_threshold(item, value)
         else:  # the overlong buffer's switches and its length
             self._overlong(item, value)
 
@@ -267,6 +296,20 @@ class _Translator:
                 f"parallel_size = {actor}, the actor's)"
             )
             self.out.unsupported.append((item.shown, item.text, why))
+
+    def _is_threshold(self, item: Override, value: Any) -> None:
+        """verl's threshold: a float caps the weights (rlkit: truncate); ``"low_high"``
+        masks tokens outside the bounds (IcePop; rlkit: mask)."""
+        b = self.out.bindings
+        if isinstance(value, str) and "_" in value:
+            low, _, high = value.partition("_")
+            b["AlgorithmConfig.rollout_is_mode"] = "mask"
+            b["AlgorithmConfig.rollout_is_threshold_low"] = float(low)
+            b["AlgorithmConfig.rollout_is_threshold"] = float(high)
+            self._used(item, "AlgorithmConfig.rollout_is_mode = 'mask' with these bounds")
+        else:
+            b["AlgorithmConfig.rollout_is_threshold"] = float(value)
+            self._used(item, "AlgorithmConfig.rollout_is_threshold (mode truncate)")
 
     def _reward_manager(self, item: Override, value: Any) -> None:
         if value not in _REWARD_MANAGERS:
@@ -378,6 +421,8 @@ def _server_option(engine: str, name: str, value: Any, options: dict[str, Any]) 
             return "nothing to pass (verl's default: null)"
         options[option[0]] = option[1](value)
         return f"engine_options[{option[0]!r}]"
+    if name in ("data_parallel_size", "expert_parallel_size"):
+        return _parallel_flags(engine, name, value, options)
     flag = {
         "max_num_batched_tokens": "--max-num-batched-tokens",
         "max_num_seqs": "--max-num-seqs" if engine == "vllm" else "--max-running-requests",
@@ -387,6 +432,19 @@ def _server_option(engine: str, name: str, value: Any, options: dict[str, Any]) 
     if value is None or value is False:
         return "nothing to pass (verl's default)"
     added = [flag] if value is True else [flag, str(value)]
+    options.setdefault("server_args", []).extend(added)
+    return f"engine_options['server_args'] gets {added}"
+
+
+def _parallel_flags(engine: str, name: str, value: Any, options: dict[str, Any]) -> str:
+    """A server's data- or expert-parallel size as its own flags."""
+    size = int(value or 1)
+    if size <= 1:
+        return "nothing to pass (1, verl's default)"
+    if name == "data_parallel_size":
+        added = ["--data-parallel-size" if engine == "vllm" else "--dp-size", str(size)]
+    else:  # vLLM spreads experts over its TP x DP ranks; SGLang takes the size
+        added = ["--enable-expert-parallel"] if engine == "vllm" else ["--ep-size", str(size)]
     options.setdefault("server_args", []).extend(added)
     return f"engine_options['server_args'] gets {added}"
 
@@ -406,6 +464,7 @@ def _is_folded(key: str) -> bool:
             "reward_model.overlong_buffer.enable",
             "reward_model.overlong_buffer.log",
             "reward_model.max_resp_len",
+            "algorithm.rollout_correction.rollout_is_threshold",
         )
     )
 

@@ -1,5 +1,6 @@
-"""The keys verl's configuration has (``verl_keys.txt``), to tell a misspelt key from a
-real one and to name the nearest real one."""
+"""The keys verl's configuration has (``verl_keys.txt``, verl 0.9.1) and had
+(``verl_older_keys.txt``, 0.3 to 0.8), to tell a misspelt key from a real one, to name the
+nearest real one, and to say which release a key of an older script comes from."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ def _table() -> tuple[frozenset[str], tuple[str, ...]]:
     leaves = frozenset(line for line in lines if not line.endswith(".*"))
     mappings = tuple(line[:-1] for line in lines if line.endswith(".*"))  # "a.b." prefixes
     return leaves, mappings
+
+
+@functools.cache
+def _older() -> dict[str, str]:
+    text = resources.files(__package__).joinpath("verl_older_keys.txt").read_text()
+    rows = [line.split("\t") for line in text.splitlines() if line and not line.startswith("#")]
+    return {key: release for key, release in rows}
+
+
+def older_release(key: str) -> str | None:
+    """The newest earlier verl release whose configuration has ``key`` (one 0.9.1 no
+    longer has), or None."""
+    return _older().get(key)
 
 
 def is_verl_key(key: str) -> bool:
