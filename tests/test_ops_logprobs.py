@@ -347,3 +347,21 @@ def test_non_contiguous_hidden_view_gives_same_values_and_grads():
     (want,) = torch.autograd.grad(want_lp.sum() + want_ent.sum(), wide)
     torch.testing.assert_close(lp, want_lp, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_masked_logits_give_finite_gradients_equal_to_the_unmasked_vocabulary():
+    # A -inf logit is not in the distribution: the statistics and their gradients are those
+    # of the vocabulary without it, and its own gradient is 0, also for an entropy
+    # gradient larger than 1 (which once overflowed the floor of log p to inf * 0 = NaN).
+    torch.manual_seed(0)
+    kept = (torch.randn(5, 6) * 4).requires_grad_(True)
+    masked = torch.cat([kept.detach(), torch.full((5, 3), float("-inf"))], dim=1)
+    masked.requires_grad_(True)
+    labels = torch.tensor([0, 1, 2, 3, 5])
+    g_logp, g_entropy = torch.randn(5) * 10, torch.randn(5) * 10
+    for logits in (kept, masked):
+        log_p, entropy = logprobs_and_entropy_from_logits(logits, labels)
+        ((log_p * g_logp).sum() + (entropy * g_entropy).sum()).backward()
+    assert torch.isfinite(masked.grad).all()
+    assert torch.equal(masked.grad[:, 6:], torch.zeros(5, 3))
+    torch.testing.assert_close(masked.grad[:, :6], kept.grad)

@@ -21,10 +21,17 @@ from __future__ import annotations
 
 import torch
 
+#: Where log-probs are floored: exp() of it is exactly 0 in float32 and float64, so a
+#: floored entry is one with p = 0, and its product with a gradient stays finite.
+LOG_P_FLOOR = -1e4
+
 
 def _floor_log_probs_(log_p: torch.Tensor) -> torch.Tensor:
-    # p = 0 entries (z = -inf) must contribute 0 to p*log p, not 0 * -inf = NaN.
-    return log_p.clamp_(min=torch.finfo(log_p.dtype).min)
+    # p = 0 entries (z = -inf) must contribute 0 to p*log p, not 0 * -inf = NaN. The floor
+    # is not the dtype's most negative number: the backward multiplies it by the entropy's
+    # upstream gradient before p, and -3.4e38 * g overflows to inf for |g| > 1 (inf * 0 =
+    # NaN).
+    return log_p.clamp_(min=LOG_P_FLOOR)
 
 
 def _finite_or_zero(x: torch.Tensor) -> torch.Tensor:
