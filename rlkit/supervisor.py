@@ -10,8 +10,8 @@ supervisor reads the note and prints what crashed and how to contain it, exit st
 A death from a signal with no reward in flight is named too (exit 128 + signal).
 
 The child is the whole run: the supervisor imports nothing heavy, forwards the signals a
-user or a scheduler sends (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGABRT) and
-mirrors the child's exit status. The child is killed if the supervisor dies (Linux's
+user or a scheduler sends (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2, SIGABRT; Ctrl-Z
+stops both and ``fg`` resumes both) and mirrors the child's exit status. The child is killed if the supervisor dies (Linux's
 parent-death signal), so ``kill -9`` of the command leaves no trainer behind. Several
 processes started by a launcher (``accelerate launch``, ``torchrun``: ``WORLD_SIZE`` set)
 and other systems than Linux run unsupervised.
@@ -104,4 +104,20 @@ def _forward_signals(child: subprocess.Popen) -> set[int]:
             continue
         signal.signal(number, forward)
         forwarded.add(number)
+
+    def suspend(number: int, _frame: object) -> None:
+        # Ctrl-Z: the child (in its own process group) stops too, then this process does.
+        if child.poll() is None:
+            child.send_signal(signal.SIGSTOP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)
+
+    def resume(number: int, _frame: object) -> None:  # fg / bg: both go on
+        signal.signal(signal.SIGTSTP, suspend)
+        if child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+
+    if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+        signal.signal(signal.SIGTSTP, suspend)
+        signal.signal(signal.SIGCONT, resume)
     return forwarded
