@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: CI and servers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.logging.metrics_file import read_metrics  # noqa: E402
 
 
@@ -52,11 +53,4 @@ def plot_learning_curves(
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return write_png(fig, out_png, title)

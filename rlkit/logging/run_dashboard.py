@@ -25,6 +25,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: CI and servers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.logging.metrics_file import read_metrics  # noqa: E402
 
 Records = list[dict[str, Any]]
@@ -156,11 +157,4 @@ def plot_run_dashboard(metrics: str | Path, out_png: str | Path, *, title: str =
     if not shown:
         plt.close(fig)
         raise ValueError(f"{metrics} logs none of the metrics learning_curve.png draws")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return write_png(fig, out_png, title)

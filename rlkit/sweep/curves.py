@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: CI and servers have no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.sweep.results import METRICS_FILE, metric_series  # noqa: E402
 from rlkit.sweep.runner import RunRecord  # noqa: E402
 from rlkit.sweep.spec import RunSpec  # noqa: E402
@@ -89,10 +90,4 @@ def plot_seed_bands(
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{title} ({BAND_NOTE})" if title else BAND_NOTE)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return write_png(fig, path, f"{title} ({BAND_NOTE})" if title else BAND_NOTE)

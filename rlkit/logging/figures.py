@@ -1,0 +1,24 @@
+"""Writing a matplotlib figure as a PNG file (the plots' common last step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: CI and servers have no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def write_png(fig: Any, out_png: str | Path, title: str = "") -> Path:
+    """Title ``fig`` (if ``title``), lay it out, save it to ``out_png`` (parent folders
+    created) at 100 dpi and close it; the path written."""
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
