@@ -1,3 +1,9 @@
 """Built-in tasks (datasets, rewards and model builders) for demos and tests."""
 
-from rlkit.tasks import arithmetic, colour_shapes, preference, tool_arithmetic  # noqa: F401
+from rlkit.tasks import (  # noqa: F401
+    arithmetic,
+    colour_shapes,
+    preference,
+    small_arithmetic,
+    tool_arithmetic,
+)
