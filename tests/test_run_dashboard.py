@@ -32,7 +32,7 @@ def test_a_pass_at_k_that_differs_from_mean_at_n_is_kept():
             "val/openai/gsm8k/mean@4": 0.25,
             "val/openai/gsm8k/pass@1": 0.25,
             "val/openai/gsm8k/pass@4": 0.6,
-            "val/openai/gsm8k/mean@4/ci_low": 0.2,
+            "val/openai/gsm8k/mean@4_ci_low": 0.2,
         },
     ]
     assert held_out_keys(records) == {
@@ -56,7 +56,7 @@ def test_a_run_draws_its_panels_on_a_grid(tmp_path):
         }
         for step in range(1, 6)
     ]
-    records[0] |= {"val/a/mean@4": 0.3, "val/a/mean@4/ci_low": 0.2, "val/a/mean@4/ci_high": 0.4}
+    records[0] |= {"val/a/mean@4": 0.3, "val/a/mean@4_ci_low": 0.2, "val/a/mean@4_ci_high": 0.4}
     out = plot_run_dashboard(_metrics(tmp_path, records), tmp_path / "curve.png", title="grpo")
     from matplotlib import image
 

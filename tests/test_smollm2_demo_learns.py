@@ -39,4 +39,4 @@ def test_smollm2_demo_rl_raises_held_out_accuracy(smollm2_dir, tmp_path):
     # +20 points, and the after-RL interval's lower end above the before-RL interval's end.
     gain = after[KEY] - before[KEY]
     assert gain >= 0.20, f"held-out accuracy {before[KEY]:.3f} -> {after[KEY]:.3f}"
-    assert after[f"{KEY}/ci_low"] > before[f"{KEY}/ci_high"], (before, after)
+    assert after[f"{KEY}_ci_low"] > before[f"{KEY}_ci_high"], (before, after)

@@ -77,7 +77,7 @@ def test_run_writes_metrics_tensorboard_config_and_checkpoint(demo_model_dir, tm
     )
     assert (out / "checkpoints" / "global_step_2" / "COMPLETE").exists()
     assert (out / "learning_curve.png").stat().st_size > 1000
-    low, high = (history[-1][f"val/arithmetic/mean@2/{end}"] for end in ("ci_low", "ci_high"))
+    low, high = (history[-1][f"val/arithmetic/mean@2_{end}"] for end in ("ci_low", "ci_high"))
     assert 0 <= low <= history[-1]["val/arithmetic/mean@2"] <= high <= 1
     # The run ends with a summary: held-out first -> last, and where things are.
     summary = capsys.readouterr().out.split("rlkit: finished at step 2")[1]

@@ -66,7 +66,7 @@ def held_out_keys(records: Records) -> dict[str, dict[str, str]]:
     found: dict[str, dict[str, str]] = {}
     for key in sorted({k for r in records for k in r}):
         m = _VAL.match(key)
-        if m and not key.endswith(("/ci_low", "/ci_high")):
+        if m and not key.endswith(("_ci_low", "_ci_high")):
             found.setdefault(m["source"], {})[m["name"]] = key
     for names in found.values():
         mean = next((k for k in names if k.startswith("mean@")), None)
@@ -86,7 +86,7 @@ def _held_out(ax: Any, records: Records) -> bool:
             names.items(), key=lambda kv: (not kv[0].startswith("mean@"), kv[0])
         ):
             if name.startswith("mean@"):
-                _band(ax, records, f"{key}/ci_low", f"{key}/ci_high", color=color)
+                _band(ax, records, f"{key}_ci_low", f"{key}_ci_high", color=color)
                 drawn |= _line(ax, records, key, f"{source} {name} (band: 95%)", color=color)
             else:
                 k = int(name.split("@")[1])

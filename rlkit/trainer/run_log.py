@@ -85,7 +85,7 @@ def plot_learning_curve(out_dir: Path, title: str) -> None:
 
 def _accuracy_at(record: dict[str, Any], key: str) -> str:
     """``43.1% [38.0, 48.2] at step 0``: ``record[key]`` with its 95% interval, if logged."""
-    low, high = record.get(f"{key}/ci_low"), record.get(f"{key}/ci_high")
+    low, high = record.get(f"{key}_ci_low"), record.get(f"{key}_ci_high")
     interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if low is not None else ""
     return f"{100 * record[key]:.1f}%{interval} at step {record['step']}"
 
@@ -98,7 +98,7 @@ def _held_out_lines(first: dict[str, Any], last: dict[str, Any]) -> list[str]:
         f"  held-out {key.removeprefix('val/')}: {_accuracy_at(first, key)} -> "
         f"{_accuracy_at(last, key)} ({100 * (last[key] - first[key]):+.1f} points)"
         for key in sorted(keys)
-        if not key.endswith(("/ci_low", "/ci_high"))
+        if not key.endswith(("_ci_low", "_ci_high"))
     ]
 
 

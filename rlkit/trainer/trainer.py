@@ -475,9 +475,9 @@ def _having(roles: dict[str, Role], hook: str) -> list[tuple[str, Role]]:
 def _fmt(metrics: dict[str, float]) -> str:
     shown = []
     for key, value in sorted(metrics.items()):
-        if not key.startswith("val/") or key.endswith(("/ci_low", "/ci_high")):
+        if not key.startswith("val/") or key.endswith(("_ci_low", "_ci_high")):
             continue
-        low, high = metrics.get(f"{key}/ci_low"), metrics.get(f"{key}/ci_high")
+        low, high = metrics.get(f"{key}_ci_low"), metrics.get(f"{key}_ci_high")
         shown.append(
             f"{key}={value:.4f}" + (f" [{low:.4f}, {high:.4f}]" if low is not None else "")
         )

@@ -69,8 +69,8 @@ def validation_metrics(scored: ScoredRollout, prompts: PromptSet) -> dict[str, f
         mean_at_n = next(k for k in stats if k.startswith("mean@"))
         interval = mean_at_n_interval(list(per_prompt.values()))
         if interval.low is not None:  # the 95% interval over problems (Wilson / t)
-            out[f"val/{source}/{mean_at_n}/ci_low"] = interval.low
-            out[f"val/{source}/{mean_at_n}/ci_high"] = interval.high
+            out[f"val/{source}/{mean_at_n}_ci_low"] = interval.low
+            out[f"val/{source}/{mean_at_n}_ci_high"] = interval.high
         out[f"val/{source}/score/mean"] = float(np.mean(scores[source]))
         if source in tool_use:  # multi-turn loops: how often the policy called a tool
             out[f"val/{source}/tool_call_rate"] = float(np.mean(tool_use[source]))
