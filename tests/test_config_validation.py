@@ -26,6 +26,7 @@ from rlkit.trainer.config import (
     OfType,
     Pair,
     ResumeMode,
+    ServerCores,
     rules_for,
 )
 
@@ -99,6 +100,8 @@ def bad_values(rule: Any) -> list[Any]:
         return [(0.9,), ("a", "b"), (0.9, 1.0)]
     if isinstance(rule, ResumeMode):
         return ["latest", "no/such/checkpoint", None]
+    if isinstance(rule, ServerCores):
+        return ["fast", 0, -1, 1.5, True, None]
     raise AssertionError(f"no bad values for {rule!r}: extend bad_values")
 
 

@@ -49,6 +49,7 @@ RESUMABLE_CHANGES = frozenset(
         "TrainerConfig.progress_bar",
         "TrainerConfig.plot_learning_curve",
         "TrainerConfig.num_threads",
+        "RolloutConfig.server_cores",  # which cores compute, not what
         "TrainerConfig.keep_freed_host_memory",
         "TrainerConfig.freeze_setup_objects",
         "OptimConfig.optimizer_implementation",  # the same AdamW update, another kernel

@@ -22,6 +22,7 @@ identically everywhere; only forward and backward passes are sharded over proces
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -33,7 +34,8 @@ from rlkit.data.image_prompts import ImagePromptRenderer
 from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLES, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import agent_config
-from rlkit.rollout.servers.run import run_keywords
+from rlkit.rollout.servers import cpu_split
+from rlkit.rollout.servers.run import run_keywords, takes_run
 from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
@@ -96,12 +98,13 @@ class RLTrainer:
         self.updater = Updater(cfg, self.backend, self.algorithm, self._print)
         self._build_roles()
         self.weights = self.roles["actor"].weights
+        self.cpu_split, self.placement = self._split_cores()
         self.engine = ROLLOUT_ENGINES.get(cfg.rollout.engine)(
             model_path=cfg.model.path,
             tokenizer=self.tokenizer,
             weights=self.weights,
             seed=cfg.trainer.seed,
-            **run_keywords(cfg),
+            **run_keywords(cfg, self.cpu_split),
             **cfg.rollout.engine_options,
         )
         self.rollout = RolloutSource(
@@ -414,6 +417,34 @@ class RLTrainer:
         if self.logger is not None:
             self.logger.log(metrics, step)
 
+    def _split_cores(self) -> tuple[cpu_split.CpuSplit | None, cpu_split.Placement | None]:
+        """Split the cores between this process and the servers the engine will start on
+        this CPU (``RolloutConfig.server_cores``), and say how."""
+        r = self.cfg.rollout
+        split, _ = cpu_split.plan(
+            r.server_cores,
+            rollout_mode=self.cfg.trainer.rollout_mode,
+            servers_on_cpu=cpu_split.servers_on_cpu(
+                r.engine_options, takes_run(r.engine), self.platform.name == "cpu"
+            ),
+            available=cpu_split.available_cores(),
+            num_servers=int(r.engine_options.get("num_servers", 1)),
+        )
+        if split is None:
+            return None, None
+        placement = cpu_split.place_trainer(
+            split,
+            self.cfg.trainer.num_threads,
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            local_world=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+        )
+        self._print(
+            f"rlkit: CPU split: {split.describe()}; this process on cores "
+            f"{','.join(map(str, placement.cores))} with {placement.threads} torch "
+            f"thread(s). RolloutConfig.server_cores = 'off' shares every core."
+        )
+        return split, placement
+
     def _print(self, text: str) -> None:
         if self.logger is not None:
             self.logger.print(text)
@@ -422,13 +453,18 @@ class RLTrainer:
 
     def cleanup(self, *, finished: bool = True) -> None:
         """Close the engine, the logger and the backend (``finished=False`` after an error:
-        the processes then skip the closing barrier, see ``TrainingBackend.close``)."""
+        the processes then skip the closing barrier, see ``TrainingBackend.close``); give
+        the process back the cores a CPU split took."""
         rollout = getattr(self, "rollout", None)
         engine = getattr(self, "engine", None)
         if engine is not None:
             engine.close()  # first: it ends a generation running ahead
         if rollout is not None:
             rollout.close()
+        placement = getattr(self, "placement", None)
+        if placement is not None:
+            cpu_split.restore(placement)
+            self.placement = None
         if self.logger is not None:
             self.logger.close()
         backend = getattr(self, "backend", None)

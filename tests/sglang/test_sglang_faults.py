@@ -19,23 +19,10 @@ from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import SamplingParams
 from rlkit.rollout.servers.errors import RolloutError
 from tests.sglang.local_policy import LocalPolicyWeights
+from tests.sglang.server_faults import alive, killed_at_the_next_load, wait_until
 from tests.sglang.test_sglang_rollout import max_rollout_diff
 
 pytestmark = [pytest.mark.sglang, pytest.mark.slow]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_until(condition, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"gave up after {timeout_s} s waiting until {what}"
-        time.sleep(0.005)
 
 
 @pytest.fixture
@@ -156,20 +143,6 @@ def test_no_server_left_raises_a_clear_error_after_bounded_retries():
         attached.close()
         hole.close()
     assert time.monotonic() - start < 30
-
-
-def killed_at_the_next_load(engine, victim) -> None:
-    """``engine``'s next ``_load`` first kills ``victim``'s whole process tree (a server
-    dying during a weight sync), then runs as usual; later loads run as usual."""
-    original = engine._load
-
-    def kill_then_load(weights, version, targets):
-        del engine._load  # once: the retry loads normally
-        os.killpg(victim.server.process.pid, signal.SIGKILL)
-        wait_until(lambda: not victim.server.alive, 60, "the killed server is gone")
-        return original(weights, version, targets)
-
-    engine._load = kill_then_load
 
 
 def test_a_server_killed_during_a_weight_sync_is_restarted_and_synced_again(

@@ -403,11 +403,18 @@ def test_ctrl_c_stops_an_async_run_and_its_resume_draws_each_prompt_once(
 def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_dir, tmp_path):
     """The run starts its own server (an attached one cannot be restarted); it is killed
     with requests in flight. The engine restarts it from the newest weight snapshot and
-    re-sends those requests: every step trains its 4 prompts, none twice."""
+    re-sends those requests: every step trains its 4 prompts, none twice. Generating
+    ahead on this CPU, the server's model process and the trainer run on cores of their
+    own (``RolloutConfig.server_cores = "auto"``; the server's front-end moves to the
+    trainer's), the restarted server too."""
     import os
     import signal
     import threading
     import time
+
+    import psutil
+
+    cores_before = os.sched_getaffinity(0)
 
     options = {"num_servers": 1, "log_dir": str(tmp_path / "server"), **CPU_SERVER}
     trainer, trained = one_step_off_run(
@@ -420,6 +427,23 @@ def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_
     )
     endpoint = trainer.engine.pool.endpoints[0]
     killed: list[int] = []
+    split = trainer.cpu_split
+    assert split is not None and split.server_cpus == (max(cores_before),)
+    assert set(trainer.placement.cores) == cores_before - {max(cores_before)}
+    assert os.sched_getaffinity(0) == set(trainer.placement.cores)
+
+    def server_cores() -> set[tuple[bool, tuple[int, ...]]]:
+        """(is the model's process, its cores) over the server's process tree."""
+        tree = psutil.Process(endpoint.server.process.pid)
+        return {
+            (" ".join(p.cmdline()).startswith("sglang::scheduler"), tuple(p.cpu_affinity()))
+            for p in [tree, *tree.children(recursive=True)]
+        }
+
+    # The scheduler (the model) on the servers' core, the front-end with the trainer.
+    placed = {(True, split.server_cpus), (False, split.trainer_cpus)}
+    assert server_cores() == placed
+    restarted_cores: list[set[tuple[bool, tuple[int, ...]]]] = []
 
     def kill_with_requests_in_flight() -> None:
         deadline = time.monotonic() + 300
@@ -430,6 +454,11 @@ def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_
         if endpoint.inflight:
             killed.append(endpoint.server.process.pid)
             os.killpg(killed[0], signal.SIGKILL)
+        restarted = lambda: endpoint.restarts >= 1 and endpoint.usable  # noqa: E731
+        while time.monotonic() < deadline and not restarted():
+            time.sleep(0.01)
+        if endpoint.server.alive:
+            restarted_cores.append(server_cores())
 
     killer = threading.Thread(target=kill_with_requests_in_flight, daemon=True)
     killer.start()
@@ -441,6 +470,10 @@ def test_async_loses_no_prompt_when_its_server_is_killed_mid_rollout(demo_model_
     assert sum(m["rollout/num_retries"] for m in history) >= 1  # in-flight requests re-sent
     assert all(len(p) == 4 for p in trained) and len(set().union(*trained)) == 20
     assert all(m["async/staleness/max"] <= 2 for m in history)
+    assert restarted_cores == [placed]
+    assert os.sched_getaffinity(0) == cores_before  # given back when the run ended
+    assert restarted_cores == [placed]
+    assert os.sched_getaffinity(0) == cores_before  # given back when the run ended
 
 
 def test_the_overlap_benchmark_prints_every_mode_and_its_ratio_to_sync(

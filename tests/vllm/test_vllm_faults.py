@@ -13,7 +13,7 @@ import pytest
 
 from rlkit.rollout.base import SamplingParams
 from tests.sglang.local_policy import LocalPolicyWeights
-from tests.sglang.test_sglang_faults import alive, killed_at_the_next_load, wait_until
+from tests.sglang.server_faults import alive, killed_at_the_next_load, wait_until
 from tests.sglang.test_sglang_rollout import max_rollout_diff
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -18,7 +18,9 @@ and how weights reach the servers (:meth:`_load`).
 In a multi-process trainer (``accelerate launch``) the main process starts the servers
 and every process sends its own prompts to them; ``sync_weights`` is called by every
 process (the weight export is a collective) and only the main process talks to the
-servers.
+servers. A server failure there is held on the main process (:meth:`_on_servers`) while
+the others finish the sync's collectives, and then settled by all together: a restarted
+server is synced again on every process, or every process raises the same error.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -135,6 +138,8 @@ class ServerRolloutEngine(RolloutEngine):
         self.verify_tolerance = options.verify_tolerance
         self.verify_every = options.verify_every
         self._syncs = 0
+        # The main process's first server failure in the sync running (several processes).
+        self._held: Exception | None = None
         self.server_dtype = server_dtype
         self.router_url = router_url
         # The policy version the servers hold: "init" for started servers until the first sync.
@@ -445,6 +450,7 @@ class ServerRolloutEngine(RolloutEngine):
         retries = 0
         while True:
             error: Exception | None = None
+            self._held = None
             try:
                 targets, metrics = self._push(weights)
                 metrics |= self._verified(weights, targets)
@@ -453,6 +459,9 @@ class ServerRolloutEngine(RolloutEngine):
                 raise  # the servers answered: their weights or outputs are wrong
             except (WeightSyncError, RequestError) as exc:
                 failure, error = str(exc), exc
+            error = self._agreed(error)
+            if error is not None:
+                failure = str(error)
             again, restarts = self._restarted_for_resync(failure, restarts, retries)
             if again:
                 retries += 1
@@ -462,15 +471,62 @@ class ServerRolloutEngine(RolloutEngine):
             metrics["weight_sync/retries"] = float(retries)
             return metrics
 
+    def _on_servers(self, call: Any, *args: Any, default: Any = None) -> Any:
+        """``call(*args)``: the main process's server I/O inside a sync.
+
+        Alone, a failure raises at once. With several processes the others are inside
+        the sync's collectives (the weight export, the checks' gathers, the closing
+        barrier), which the main process must still join: its first failure is held
+        (``self._held``), every later server call of the sync is skipped (``default``
+        returned), and :meth:`_agreed` settles it on every process at the end.
+        """
+        if self._held is not None:
+            return default
+        try:
+            return call(*args)
+        except (WeightSyncError, RequestError, WeightMismatchError, ProbeMismatchError) as exc:
+            if self.world == 1:
+                raise
+            self._held = exc
+            return default
+
+    def _agreed(self, error: Exception | None) -> Exception | None:
+        """The sync's failure as every process sees it: ``error`` alone; with several
+        processes the main process's held one, sent to all. A mismatch (the servers
+        answered with wrong weights or outputs) is raised here on every process; a
+        failed request is returned, for a restart to be tried."""
+        if self.world == 1:
+            return error
+        held = self._held or error  # one raised past _on_servers counts the same
+        self._held = None
+        kind, message = comm.broadcast_object(
+            (type(held).__name__, str(held)) if self.rank == 0 and held is not None else None
+        ) or (None, None)
+        if kind is None:
+            return None
+        if self.rank == 0 and held is not None:
+            if isinstance(held, WeightMismatchError | ProbeMismatchError):
+                raise held
+            return held
+        for mismatch in (WeightMismatchError, ProbeMismatchError):
+            if kind == mismatch.__name__:
+                raise mismatch(message)
+        return WeightSyncError(message)
+
     def _restarted_for_resync(self, failure: str, restarts: int, retries: int) -> tuple[bool, int]:
         """After a sync (that failed with ``failure``, or went on without a server): whether
         a server died during it and has been restarted by the
         :class:`~rlkit.rollout.servers.pool.ServerPool`, so that the same weights are pushed
-        to every server again and checked; and the restarts counted so far. Single-process
-        trainers only: on several processes the main one alone talks to the servers while
-        the others wait inside the sync's collectives, so a failure ends the run there."""
-        if self.world > 1 or self.rank != 0:
-            return False, restarts
+        to every server again and checked; and the restarts counted so far. The main
+        process decides (it alone owns the servers) and tells the others."""
+        again, now = False, restarts
+        if self.rank == 0:
+            again, now = self._restarted(failure, restarts, retries)
+        if self.world > 1:
+            again, now = comm.broadcast_object((again, now))
+        return again, now
+
+    def _restarted(self, failure: str, restarts: int, retries: int) -> tuple[bool, int]:
         for endpoint in self.sync_endpoints:  # restarts whichever died (live ones stay)
             if endpoint.server is not None and not endpoint.server.alive:
                 self.pool.report_failure(endpoint, f"died during a weight sync: {failure}")
@@ -497,17 +553,21 @@ class ServerRolloutEngine(RolloutEngine):
         start = time.perf_counter()
         targets: list[Endpoint] = []
         if self.rank == 0:
-            self.pool.wait_restarts()
-            targets = [e for e in self.sync_endpoints if e.healthy or e.stale]
-            if not targets:
-                raise WeightSyncError(f"no healthy {self.server_name} server to sync weights to")
+            targets = self._on_servers(self._sync_targets, default=[])
         self._load(weights, version, targets)
-        if self.rank == 0:
+        if self.rank == 0 and self._held is None:
             self.pool.mark_synced(targets)
         else:  # process 0 synced every server: whatever this process saw as stale is current
             self.pool.mark_synced(self.pool.endpoints)
         self.expected_version = version
         return targets, {"timing_s/weight_sync": time.perf_counter() - start}
+
+    def _sync_targets(self) -> list[Endpoint]:
+        self.pool.wait_restarts()
+        targets = [e for e in self.sync_endpoints if e.healthy or e.stale]
+        if not targets:
+            raise WeightSyncError(f"no healthy {self.server_name} server to sync weights to")
+        return targets
 
     def _verified(self, weights: PolicyWeights, targets: list[Endpoint]) -> dict[str, float]:
         due = (
@@ -549,49 +609,47 @@ class ServerRolloutEngine(RolloutEngine):
         tensors are gathered)."""
         dtype = weight_check.server_dtype(self.server_dtype)
         if self.weight_check == "checksums":
-            expected = weight_check.group_checksums(weights.named_tensors(), dtype)
-            if self.rank != 0:
-                return 0
-            served = self._run(self._gather([self._served_checksums(e) for e in targets]))
-            problems = [
-                (e.url, weight_check.checksum_mismatches(expected, got))
-                for e, got in zip(targets, served)
-            ]
-            compared = len(expected)
+            expected: dict[str, Any] = weight_check.group_checksums(weights.named_tensors(), dtype)
         else:
             named = [(n, t) for n, t in weights.named_tensors() if t.is_floating_point()]
-            names = weight_check.slice_names([n for n, _ in named])
-            expected_slices = {
-                n: weight_check.slice_of(t, dtype) for n, t in named if n in set(names)
-            }
-            if self.rank != 0:
-                return 0
-            length = weight_check.SLICE_LENGTH
+            names = set(weight_check.slice_names([n for n, _ in named]))
+            expected = {n: weight_check.slice_of(t, dtype) for n, t in named if n in names}
+        if self.rank != 0:
+            return 0
+        self._on_servers(self._compare_served, expected, targets, when)
+        return len(expected)
+
+    def _compare_served(
+        self, expected: dict[str, Any], targets: list[Endpoint], when: str | None
+    ) -> None:
+        """Read the targets' checksums or slices and compare them with ``expected``.
+
+        Raises:
+            WeightMismatchError: a target differs.
+        """
+        if self.weight_check == "checksums":
+            served = self._run(self._gather([self._served_checksums(e) for e in targets]))
+            mismatches = weight_check.checksum_mismatches
+        else:
+            names, length = list(expected), weight_check.SLICE_LENGTH
             served = self._run(
                 self._gather([self._served_slices(e, names, length) for e in targets])
             )
-            problems = [
-                (e.url, weight_check.slice_mismatches(expected_slices, got))
-                for e, got in zip(targets, served)
-            ]
-            compared = len(expected_slices)
+            mismatches = weight_check.slice_mismatches
+        problems = [(e.url, mismatches(expected, got)) for e, got in zip(targets, served)]
         bad = [(url, lines) for url, lines in problems if lines]
-        if bad:
-            url, lines = bad[0]
-            shown = "; ".join(lines[:4]) + (
-                f"; and {len(lines) - 4} more" if len(lines) > 4 else ""
-            )
-            when = when or (
-                f"after syncing weight version {self.expected_version} by {self.sync_method}"
-            )
-            raise WeightMismatchError(
-                f"{when}, the {self.server_name} server {url} does not hold the trainer's weights "
-                f"({self.weight_check} compared, {len(lines)} of {compared} differ: {shown}). "
-                f"The sync did not reach the server (or reached part of it): check the "
-                f"server's log and the parameter names it loads."
-                + (f" {len(bad) - 1} more server(s) differ too." if len(bad) > 1 else "")
-            )
-        return compared
+        if not bad:
+            return
+        url, lines = bad[0]
+        shown = "; ".join(lines[:4]) + (f"; and {len(lines) - 4} more" if len(lines) > 4 else "")
+        when = when or f"after syncing weight version {self.expected_version} by {self.sync_method}"
+        raise WeightMismatchError(
+            f"{when}, the {self.server_name} server {url} does not hold the trainer's weights "
+            f"({self.weight_check} compared, {len(lines)} of {len(expected)} differ: {shown}). "
+            f"The sync did not reach the server (or reached part of it): check the "
+            f"server's log and the parameter names it loads."
+            + (f" {len(bad) - 1} more server(s) differ too." if len(bad) > 1 else "")
+        )
 
     def _verify(self, weights: PolicyWeights, targets: list[Endpoint]) -> float:
         vocab = self.vocab_size
@@ -601,6 +659,17 @@ class ServerRolloutEngine(RolloutEngine):
             reference = logprob_check.trainer_log_probs(model, probe)
         if self.rank != 0:
             return float("nan")
+        return self._on_servers(self._probe_served, probe, reference, targets, default=math.nan)
+
+    def _probe_served(
+        self, probe: list[int], reference: list[float], targets: list[Endpoint]
+    ) -> float:
+        """The largest difference between the targets' log-probs of ``probe`` and the
+        trainer's ``reference``.
+
+        Raises:
+            ProbeMismatchError: past ``verify_tolerance``.
+        """
         served = self._run(self._gather([self._served_log_probs(e, probe) for e in targets]))
         worst = max(logprob_check.max_abs_diff(s, reference) for s in served)
         tolerance = self.verify_tolerance

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shlex
 import signal
@@ -29,8 +30,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from rlkit.rollout.servers.cpu_split import SERVER_CPUS_ENV, place_frontend
 from rlkit.rollout.servers.errors import ServerStartError
 from rlkit.rollout.servers.startup_log import START_MARKER, root_cause, this_start
+
+logger = logging.getLogger(__name__)
 
 
 class ServerLaunch(Protocol):
@@ -39,6 +43,9 @@ class ServerLaunch(Protocol):
     server_name: str  # "SGLang", "vLLM": how messages and log files name the server
     host: str
     startup_timeout_s: float
+    # Command-line prefixes of the processes that run the model; the rest of the tree is
+    # the front-end, which a CPU split moves to the trainer's cores once healthy.
+    compute_processes: tuple[str, ...]
 
     def command(self, port: int) -> list[str]:
         """The command line that serves on ``port``."""
@@ -88,7 +95,8 @@ def find_free_port(host: str = "127.0.0.1") -> int:
 
 
 # Exec'd in front of the server: ask Linux to SIGKILL it when the thread that started it
-# exits (PR_SET_PDEATHSIG survives execve), then become the server. No preexec_fn, which is
+# exits (PR_SET_PDEATHSIG survives execve), take the cores a CPU split gives it
+# (rlkit.rollout.servers.cpu_split), then become the server. No preexec_fn, which is
 # unsafe in a process with threads.
 _EXEC_WITH_PDEATHSIG = (
     "import ctypes, os, signal, sys\n"
@@ -96,6 +104,9 @@ _EXEC_WITH_PDEATHSIG = (
     "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)\n"
     "except Exception:\n"
     "    pass\n"
+    f"cpus = os.environ.get({SERVER_CPUS_ENV!r})\n"
+    "if cpus:\n"
+    "    os.sched_setaffinity(0, {int(c) for c in cpus.split(',')})\n"
     "os.execv(sys.argv[1], sys.argv[1:])\n"
 )
 
@@ -199,6 +210,7 @@ class ManagedServer:
                     self.startup_failure(f"exited with code {code} during startup")
                 )
             if http_ok(self.url + "/health", timeout_s=2.0):
+                self._place_frontend()
                 return
             time.sleep(0.5)
         self.stop()
@@ -208,6 +220,20 @@ class ManagedServer:
                 f"model is large)"
             )
         )
+
+    def _place_frontend(self) -> None:
+        """Under a CPU split, move the front-end processes to the trainer's cores."""
+        if self.process is None:
+            return
+        env = self.config.environment(os.environ)
+        names = getattr(self.config, "compute_processes", ())
+        moved = place_frontend(self.process.pid, names, env)
+        if moved:
+            logger.info(
+                "%s server: %d front-end process(es) moved to the trainer's cores",
+                self.config.server_name,
+                moved,
+            )
 
     def startup_failure(self, what: str) -> str:
         """The message of a server that did not start: ``what`` happened, why (the log's

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlkit.rollout.servers.cpu_split import CpuSplit
+
 logger = logging.getLogger(__name__)
 
 #: Smallest KV cache (tokens) a CPU server gets by default.
@@ -45,6 +47,8 @@ class ServerRun:
         max_response_length: longest response (all turns), in tokens.
         prompts_per_step: prompts one step generates for (``train_batch_size``).
         samples_per_prompt: responses per prompt (``max(n, val_n)``).
+        cpu_split: the cores started servers run on, when the trainer split them
+            (:mod:`rlkit.rollout.servers.cpu_split`).
     """
 
     output_dir: str | Path | None = None
@@ -52,6 +56,13 @@ class ServerRun:
     max_response_length: int | None = None
     prompts_per_step: int | None = None
     samples_per_prompt: int = 1
+    cpu_split: CpuSplit | None = None
+
+    def server_env(self, given: Mapping[str, str] | None) -> dict[str, str]:
+        """Started servers' extra environment: the CPU split's variables (if any), then
+        ``given`` (the user's ``server_env``, which wins)."""
+        placed = self.cpu_split.server_env() if self.cpu_split else {}
+        return placed | dict(given or {})
 
     @property
     def log_dir(self) -> Path | None:
@@ -66,10 +77,11 @@ class ServerRun:
         return self.max_prompt_length + self.max_response_length
 
 
-def server_run(config: Any) -> ServerRun:
+def server_run(config: Any, cpu_split: CpuSplit | None = None) -> ServerRun:
     """The :class:`ServerRun` of an experiment configuration (``ExperimentConfig``)."""
     rollout, data = config.rollout, config.data
     return ServerRun(
+        cpu_split=cpu_split,
         output_dir=config.trainer.output_dir,
         max_prompt_length=data.max_prompt_length,
         max_response_length=rollout.max_response_length,
@@ -78,13 +90,18 @@ def server_run(config: Any) -> ServerRun:
     )
 
 
-def run_keywords(config: Any) -> dict[str, ServerRun]:
-    """``{"run": ServerRun}`` for an engine registered with ``takes_run=True``, else
-    ``{}``: what the trainer adds to its engine factory call."""
+def takes_run(engine: str) -> bool:
+    """Whether the engine registered as ``engine`` is a server engine that takes a
+    :class:`ServerRun` (``takes_run=True``)."""
     from rlkit.registry import ROLLOUT_ENGINES
 
-    entry = ROLLOUT_ENGINES.entry(config.rollout.engine)
-    return {"run": server_run(config)} if entry.extra.get("takes_run") else {}
+    return bool(ROLLOUT_ENGINES.entry(engine).extra.get("takes_run"))
+
+
+def run_keywords(config: Any, cpu_split: CpuSplit | None = None) -> dict[str, ServerRun]:
+    """``{"run": ServerRun}`` for an engine registered with ``takes_run=True``, else
+    ``{}``: what the trainer adds to its engine factory call."""
+    return {"run": server_run(config, cpu_split)} if takes_run(config.rollout.engine) else {}
 
 
 def default_device() -> str:

@@ -243,8 +243,10 @@ class SGLangEngine(ServerRolloutEngine):
                 "(weight_sync/params_checked = 0)",
                 exc,
             )
-        if self._reads_by_name is None:
-            self._reads_by_name = not comm.broadcast_object(unreadable)
+        if self._reads_by_name is None:  # unsettled while a held failure skipped the check
+            self._reads_by_name = comm.broadcast_object(
+                None if self._held is not None else not unreadable
+            )
         return compared
 
     def _know_served_dtype(self, targets: list[Endpoint]) -> bool:
@@ -255,7 +257,9 @@ class SGLangEngine(ServerRolloutEngine):
         if served_dtype(self.server_dtype, None) is not None:
             self.server_dtype = served_dtype(self.server_dtype, None)
             return True
-        found = self._run(self._served_dtype(targets[0])) if self.rank == 0 and targets else None
+        found = None
+        if self.rank == 0 and targets:
+            found = self._on_servers(self._run, self._served_dtype(targets[0]))
         found = comm.broadcast_object(found)
         if found is None:
             logger.warning(
@@ -362,7 +366,7 @@ class SGLangEngine(ServerRolloutEngine):
         sync(weights, version, targets)
         if self.rank == 0 and self.weight_sync_mode != "disk":
             # disk updates flush as part of the request
-            self._run(self._all(targets, "/flush_cache", {}))
+            self._on_servers(self._run, self._all(targets, "/flush_cache", {}))
 
     def _sync_disk(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
         tmp = comm.broadcast_object(
@@ -377,7 +381,7 @@ class SGLangEngine(ServerRolloutEngine):
         )
         self.latest_snapshot = final
         body = {"model_path": str(final), "weight_version": version, "flush_cache": True}
-        self._run(self._all(targets, "/update_weights_from_disk", body, tolerate=True))
+        self._post(targets, "/update_weights_from_disk", body, tolerate=True)
 
     def _sync_tensor(self, weights: PolicyWeights, version: str, targets: list[Endpoint]) -> None:
         tp = self.server_config.tp_size if self.server_config else 1
@@ -385,11 +389,11 @@ class SGLangEngine(ServerRolloutEngine):
         on_gpu = on_gpu and torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
         if self.rank == 0:
-            self._run(self._all(targets, "/begin_weight_update", {}, tolerate=True))
+            self._post(targets, "/begin_weight_update", {}, tolerate=True)
         try:
             for bucket in weight_sync.buckets(weights.named_tensors(), self.bucket_bytes):
-                if self.rank != 0:
-                    continue  # other processes only take part in the collective export
+                if self.rank != 0 or self._held is not None:
+                    continue  # only take part in the collective export
                 if on_gpu:  # colocated GPU servers map the tensors (CUDA IPC), no HTTP copy
                     bucket = [(n, t.to(device, non_blocking=True)) for n, t in bucket]
                     torch.cuda.synchronize()
@@ -399,21 +403,21 @@ class SGLangEngine(ServerRolloutEngine):
                     "flush_cache": False,
                     "weight_version": version,
                 }
-                self._run(self._all(targets, "/update_weights_from_tensor", body, tolerate=True))
+                self._post(targets, "/update_weights_from_tensor", body, tolerate=True)
         finally:
             if self.rank == 0:
-                self._run(self._all(targets, "/end_weight_update", {}, tolerate=True))
+                self._post(targets, "/end_weight_update", {}, tolerate=True)
 
     def _sync_distributed(
         self, weights: PolicyWeights, version: str, targets: list[Endpoint]
     ) -> None:
         if self.rank == 0:
-            self._ensure_group(targets)
-            self._run(self._all(targets, "/begin_weight_update", {}))
+            self._on_servers(self._ensure_group, targets)
+            self._post(targets, "/begin_weight_update", {})
         device = comm.transport_device(self.dist_backend)
         try:
             for bucket in weight_sync.buckets(weights.named_tensors(), self.bucket_bytes):
-                if self.rank != 0:
+                if self.rank != 0 or self._held is not None:
                     continue
                 body = {
                     "names": [n for n, _ in bucket],
@@ -423,13 +427,22 @@ class SGLangEngine(ServerRolloutEngine):
                     "flush_cache": False,
                     "weight_version": version,
                 }
-                pending = self._submit(self._all(targets, "/update_weights_from_distributed", body))
                 tensors = [t.detach().to(device).contiguous() for _, t in bucket]
-                self._group.broadcast(tensors)  # type: ignore[union-attr]
-                pending.result()
+                self._on_servers(self._broadcast_bucket, targets, body, tensors)
         finally:
             if self.rank == 0:
-                self._run(self._all(targets, "/end_weight_update", {}))
+                self._post(targets, "/end_weight_update", {})
+
+    def _post(self, targets: list[Endpoint], path: str, body: Any, tolerate: bool = False) -> None:
+        """``POST path`` to every target from the main process, within a sync."""
+        self._on_servers(self._run, self._all(targets, path, body, tolerate=tolerate))
+
+    def _broadcast_bucket(
+        self, targets: list[Endpoint], body: dict[str, Any], tensors: list[torch.Tensor]
+    ) -> None:
+        pending = self._submit(self._all(targets, "/update_weights_from_distributed", body))
+        self._group.broadcast(tensors)  # type: ignore[union-attr]
+        pending.result()
 
     def _ensure_group(self, targets: list[Endpoint]) -> None:
         members = tuple(id(e) for e in targets)

@@ -136,7 +136,7 @@ def make_sglang_engine(
             random_seed=seed,
             sleep_on_idle=sleep_on_idle,
             extra_args=tuple(str(a) for a in server_args),
-            env=dict(server_env or {}),
+            env=run.server_env(server_env) if run else dict(server_env or {}),
             startup_timeout_s=startup_timeout_s,
         )
     stops = stop_token_ids(tokenizer, engine_options)

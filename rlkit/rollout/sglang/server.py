@@ -74,6 +74,8 @@ class ServerConfig:
     startup_timeout_s: float = 600.0
 
     server_name = "SGLang"
+    # The process that runs the model; the HTTP front-end and detokenizer are the others.
+    compute_processes = ("sglang::scheduler",)
 
     def command(self, port: int) -> list[str]:
         return launch_command(self, port)

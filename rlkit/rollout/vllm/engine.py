@@ -193,7 +193,9 @@ class VLLMEngine(ServerRolloutEngine):
         """The checksum comparison, on the servers that can answer it exactly (see the
         module docstring); ``0`` compared when none can. The trainer's tensors are
         rounded to the dtype the servers report holding."""
-        checkable = self._checksum_targets(targets) if self.rank == 0 else []
+        checkable = []
+        if self.rank == 0:
+            checkable = self._on_servers(self._checksum_targets, targets, default=[])
         if not checkable and self.world == 1:
             return 0  # nothing to compare with, and no other process to stay in step with
         compared = super()._check_weights(weights, checkable, when)  # a collective under FSDP
@@ -309,6 +311,11 @@ class VLLMEngine(ServerRolloutEngine):
             Path(tmp), self.sync_dir, int(version), self.keep_snapshots
         )
         self.latest_snapshot = final
+        self._on_servers(self._reload, final, version, targets)
+
+    def _reload(self, final: Path, version: str, targets: list[Endpoint]) -> None:
+        """Pause the targets, reload them from the snapshot ``final``, reset their prefix
+        caches, name the version, resume."""
         self._run(self._all(targets, "/pause?mode=wait", None, tolerate=True))
         try:
             reload = {"method": "reload_weights", "kwargs": {"weights_path": str(final)}}

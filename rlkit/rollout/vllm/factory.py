@@ -131,7 +131,7 @@ def make_vllm_engine(
             max_logprobs=MAX_LOGPROBS if max_logprobs is None else max_logprobs,
             seed=seed,
             extra_args=tuple(str(a) for a in server_args),
-            env=dict(server_env or {}),
+            env=run.server_env(server_env) if run else dict(server_env or {}),
             startup_timeout_s=startup_timeout_s,
         )
         servers = [_for_index(base, i) for i in range(num_servers)]

@@ -103,6 +103,8 @@ class VLLMServerConfig:
     startup_timeout_s: float = 900.0
 
     server_name = "vLLM"
+    # The process that runs the model; the API server is the front-end.
+    compute_processes = ("VLLM::EngineCore",)
 
     def command(self, port: int) -> list[str]:
         cmd = [self.python, "-m", "vllm.entrypoints.openai.api_server"]

@@ -404,3 +404,28 @@ def _async_problems(config: RunSections) -> list[str]:
             f"max_staleness < {2 * per_step} (one step ahead)"
         )
     return problems
+
+
+def server_cores_problems(config: RunSections) -> list[str]:
+    """``RolloutConfig.server_cores`` as a count: the engine must start servers on this
+    CPU (the count would place nothing otherwise) and leave the trainer a core."""
+    from rlkit import device
+    from rlkit.registry import ROLLOUT_ENGINES
+    from rlkit.rollout.servers import cpu_split
+
+    setting = config.rollout.server_cores
+    if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
+        return []
+    on_cpu = (config.trainer.platform or device.current().name) == "cpu"
+    engine = config.rollout.engine
+    takes_run = engine in ROLLOUT_ENGINES and bool(
+        ROLLOUT_ENGINES.entry(engine).extra.get("takes_run")
+    )
+    if not cpu_split.servers_on_cpu(config.rollout.engine_options, takes_run, on_cpu):
+        return [
+            f"RolloutConfig.server_cores = {setting} places servers the engine starts on "
+            f"this CPU; engine {engine!r} with these engine_options starts none: leave it "
+            f"at 'auto'"
+        ]
+    found = cpu_split.problem(setting, cpu_split.available_cores())
+    return [found] if found else []

@@ -17,6 +17,7 @@ from rlkit.trainer.config.cross_checks import (
     rollout_mode_problems,
     rollout_problems,
     sequence_parallel_problems,
+    server_cores_problems,
     single_response_problems,
     source_problems,
     vision_language_problems,
@@ -91,6 +92,7 @@ class ExperimentConfig:
         problems += sequence_parallel_problems(self.model, self.prime)
         problems += vision_language_problems(self.model, self.rollout)
         problems += rollout_mode_problems(self)
+        problems += server_cores_problems(self)
         problems += data_contract_problems(self)
         if problems:
             raise ValueError(format_problems(problems))

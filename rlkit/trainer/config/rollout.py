@@ -16,6 +16,7 @@ from rlkit.trainer.config.rules import (
     NON_NEGATIVE,
     POSITIVE,
     Number,
+    ServerCores,
     checked,
 )
 
@@ -28,6 +29,12 @@ class RolloutConfig:
     engine: str = "hf"
     """Rollout engine name (``hf`` | ``sglang`` | ``package.module:factory``)."""
     engine_options: dict[str, Any] = field(default_factory=dict)
+    server_cores: str | int = checked("auto", ServerCores())
+    """How the cores are split between the trainer and the servers the engine starts on
+    this CPU (:mod:`rlkit.rollout.servers.cpu_split`): ``"auto"`` gives the servers half
+    the cores and the trainer the rest while rollouts overlap training (``rollout_mode``
+    ``one_step_off`` / ``async``), ``"off"`` never splits, ``N`` gives the servers ``N``
+    cores in any mode. The split is logged when the run starts."""
     n: int = checked(8, COUNT)
     """Responses per prompt (the group size)."""
     max_response_length: int = checked(256, COUNT)

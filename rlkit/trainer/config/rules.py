@@ -107,6 +107,18 @@ class ResumeMode:
 
 
 @dataclass(frozen=True)
+class ServerCores:
+    """``auto`` | ``off`` | a number of cores >= 1."""
+
+    def problem(self, value: Any) -> str | None:
+        if value in ("auto", "off") and isinstance(value, str):
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return None
+        return "'auto', 'off' or a number of cores >= 1"
+
+
+@dataclass(frozen=True)
 class LoggerNames(OfType):
     """A list or tuple of logger names: registered ones, or ``module:factory`` paths
     (imported when the run starts, not here)."""
