@@ -64,3 +64,21 @@ def test_the_check_itself_tells_documented_from_undocumented_names():
     assert is_documented("val/gsm8k/pass@4", names)
     assert is_documented("timing_s/generate_sequences", names)
     assert not is_documented("actor/made_up_metric", names)
+
+
+def test_lengths_of_right_and_wrong_responses_are_logged_apart():
+    import torch
+
+    from rlkit.trainer.metrics import lengths_by_correctness
+
+    lengths = torch.tensor([4, 10, 6, 20])
+    acc = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    # right: (4 + 6) / 2 = 5; wrong: (10 + 20) / 2 = 15
+    assert lengths_by_correctness(lengths, acc) == {
+        "response_length/correct/mean": 5.0,
+        "response_length/incorrect/mean": 15.0,
+    }
+    # every answer wrong: no "correct" key rather than a 0 that reads as a length
+    assert lengths_by_correctness(lengths[1::2], acc[1::2]) == {
+        "response_length/incorrect/mean": 15.0
+    }

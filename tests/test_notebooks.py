@@ -26,7 +26,7 @@ import algorithms
 import estimators
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-NAMES = ("losses", "estimators", "kl")
+NAMES = ("losses", "estimators", "kl", "research_results")
 MIN_PNG_BYTES = 8_000  # an empty 12x7-inch axes grid is about 6 KB
 
 
@@ -248,3 +248,16 @@ def test_kl_notebook_straight_through_gives_the_kl_gradient(outputs):
         assert g[f"{kind}_max_rel_err_vs_forward"] < 1e-10, kind
     assert g["k3_max_rel_err_vs_reverse_unclamped"] < 1e-10  # k3 follows KL(π_ref ‖ π)
     assert g["k3_median_rel_err_vs_forward"] > 1e-3
+
+
+# ------------------------------------------------------------ research results
+def test_research_notebook_draws_each_claim_with_the_stored_verdict(outputs):
+    from rlkit.sweep.claims import read_results
+
+    directory, summary = outputs["research_results"]
+    stored = read_results(NOTEBOOKS.parent / "docs" / "research_results.json")
+    assert {r.claim.name for r in stored} == set(summary)
+    for r in stored:
+        assert summary[r.claim.name]["verdict"] == r.verdict
+        assert summary[r.claim.name]["seeds"] >= 3  # the claims are tested on 3+ seeds
+    assert_real_figures(directory, [f"research_{r.claim.name}" for r in stored])

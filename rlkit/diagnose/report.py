@@ -139,9 +139,9 @@ def write(d: Diagnosis, out_dir: Path) -> list[Path]:
     data = asdict(d) | {"passed": d.passed, "verdict": verdict(d)}
     written[1].write_text(json.dumps(data, indent=2, default=str, allow_nan=True) + "\n")
     if d.gap_by_position:
-        import matplotlib
+        from rlkit.logging.figures import use_headless_backend
 
-        matplotlib.use("Agg")
+        use_headless_backend()
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(6, 3.2))

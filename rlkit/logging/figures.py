@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-matplotlib.use("Agg")  # headless: CI and servers have no display
+
+def use_headless_backend() -> None:
+    """Draw off-screen (CI and servers have no display), unless a backend was chosen in
+    ``MPLBACKEND`` (Jupyter's kernel sets its inline one: a notebook that imports rlkit
+    keeps showing its figures)."""
+    if not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
+
+
+use_headless_backend()
 import matplotlib.pyplot as plt  # noqa: E402
 
 

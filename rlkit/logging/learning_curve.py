@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+from rlkit.logging.figures import use_headless_backend, write_png
 
-matplotlib.use("Agg")  # headless: CI and servers have no display
+use_headless_backend()
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.logging.metrics_file import read_metrics  # noqa: E402
 
 

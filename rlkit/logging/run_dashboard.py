@@ -20,12 +20,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from rlkit.logging.figures import use_headless_backend, write_png
 
-matplotlib.use("Agg")  # headless: CI and servers have no display
+use_headless_backend()
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.logging.metrics_file import read_metrics  # noqa: E402
 
 Records = list[dict[str, Any]]

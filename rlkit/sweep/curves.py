@@ -13,12 +13,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import matplotlib
+from rlkit.logging.figures import use_headless_backend, write_png
 
-matplotlib.use("Agg")  # headless: CI and servers have no display
+use_headless_backend()
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rlkit.logging.figures import write_png  # noqa: E402
 from rlkit.sweep.results import METRICS_FILE, metric_series  # noqa: E402
 from rlkit.sweep.runner import RunRecord  # noqa: E402
 from rlkit.sweep.spec import RunSpec  # noqa: E402

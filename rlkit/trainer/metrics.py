@@ -45,6 +45,7 @@ def data_metrics(
     resp = batch.response_lengths.float()
     prompt = batch.prompt_lengths.float()
     out |= _stats("response_length", resp)
+    out |= lengths_by_correctness(resp[valid_rows], batch.acc[valid_rows])
     out |= _stats("prompt_length", prompt)
     if resp.numel():
         out["response_length/clip_ratio"] = (resp >= max_response_length).float().mean().item()
@@ -53,6 +54,19 @@ def data_metrics(
     if resp.numel() and inserted.any():  # multi-turn: tool / user tokens inside responses
         out |= _stats("response_length/policy_tokens", resp - inserted)
         out |= _stats("response_length/inserted_tokens", inserted)
+    return out
+
+
+def lengths_by_correctness(lengths: torch.Tensor, acc: torch.Tensor) -> dict[str, float]:
+    """``response_length/correct/mean`` and ``/incorrect/mean``: the lengths of the
+    responses the reward counted right (``acc`` > 0.5) and wrong, each where there is one
+    (Dr. GRPO, arXiv:2503.20783, plots how the wrong ones grow under GRPO's per-response
+    length normalisation)."""
+    right = acc.float() > 0.5
+    out: dict[str, float] = {}
+    for name, rows in (("correct", right), ("incorrect", ~right)):
+        if rows.any():
+            out[f"response_length/{name}/mean"] = lengths[rows].float().mean().item()
     return out
 
 
