@@ -11,7 +11,7 @@ own ``generate`` and scores them with the same reward (mean@k over 256 pairs nev
 training); its time is left out of the clock. The clock is the wall time of training
 itself: from the first step to each evaluation, less the evaluations before it.
 
-    .venv/bin/python benchmarks/time_to_accuracy.py                     # 3 seeds, about 20 min
+    .venv/bin/python benchmarks/time_to_accuracy.py --steps 500 --eval-every 25   # 17 min
     .venv/bin/python benchmarks/time_to_accuracy.py --seeds 0 --steps 20 --eval-every 10
 
 Prints, per framework, the median over seeds of the training seconds to reach each
