@@ -585,21 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.worker is not None:
         return worker_main(args)
-    workload = Workload(
-        model_dir=prepare_model(args),
-        num_prompts=args.num_prompts,
-        prompts_per_step=args.prompts_per_step,
-        group_size=args.group_size,
-        max_completion_length=args.max_completion_length,
-        micro_batch_size=args.micro_batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        threads=args.threads,
-        rlkit_decode_loop=args.rlkit_decode_loop,
-        prompt_tokens=args.prompt_tokens,
-        mixed_precision=args.mixed_precision,
-    )
+    workload = Workload.from_args(args, model_dir=prepare_model(args))
     if args.keep_dir:
         work_dir = Path(args.keep_dir)
         work_dir.mkdir(parents=True, exist_ok=True)

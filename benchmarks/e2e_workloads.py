@@ -19,7 +19,7 @@ import functools
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,12 @@ class Workload:
             )
         if problems:
             raise ValueError("invalid workload: " + "; ".join(problems))
+
+    @classmethod
+    def from_args(cls, args: Any, **given: Any) -> Workload:
+        """The workload of the fields an argparse namespace names (``given`` wins)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
 
     @property
     def rows_per_step(self) -> int:

@@ -196,18 +196,7 @@ def worker(args: argparse.Namespace) -> int:
     from benchmarks.e2e_workloads import Workload
 
     torch.set_num_threads(args.threads)
-    w = Workload(
-        model_dir=args.model,
-        num_prompts=10_000,  # the whole train split
-        prompts_per_step=args.prompts_per_step,
-        group_size=args.group_size,
-        max_completion_length=args.max_completion_length,
-        micro_batch_size=args.micro_batch_size,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        threads=args.threads,
-    )
+    w = Workload.from_args(args, model_dir=args.model, num_prompts=10_000)  # all of train
     tokenizer = AutoTokenizer.from_pretrained(w.model_dir)
     rows = held_out_rows(args.eval_prompts)
 
