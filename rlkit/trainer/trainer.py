@@ -35,7 +35,7 @@ from rlkit.models.loading import check_model_dir, check_model_family
 from rlkit.registry import AGENT_LOOPS, ROLES, ROLLOUT_ENGINES
 from rlkit.rollout.agent_loop import agent_config
 from rlkit.rollout.servers import cpu_split
-from rlkit.rollout.servers.run import run_keywords, takes_run
+from rlkit.rollout.servers.run import run_keywords, starts_cpu_servers
 from rlkit.trainer import builders, resume, run_dir, run_log, validation
 from rlkit.trainer.algorithm import Algorithm, Needs
 from rlkit.trainer.checkpoint import CheckpointManager
@@ -424,9 +424,7 @@ class RLTrainer:
         split, _ = cpu_split.plan(
             r.server_cores,
             rollout_mode=self.cfg.trainer.rollout_mode,
-            servers_on_cpu=cpu_split.servers_on_cpu(
-                r.engine_options, takes_run(r.engine), self.platform.name == "cpu"
-            ),
+            servers_on_cpu=starts_cpu_servers(r, self.platform.name == "cpu"),
             available=cpu_split.available_cores(),
             num_servers=int(r.engine_options.get("num_servers", 1)),
         )

@@ -21,8 +21,8 @@ own affinity before it starts, :mod:`rlkit.rollout.servers.process`) and
 ``OMP_NUM_THREADS``; a value the user gives in ``server_env`` wins. Once a server is
 healthy its front-end processes (HTTP, tokenizer, detokenizer) move to the trainer's
 cores (:func:`place_frontend`), leaving the servers' cores to the processes that run the
-model. The trainer sets its
-affinity and torch's intra-op threads (``TrainerConfig.num_threads`` wins for threads).
+model. The trainer sets its affinity and torch's intra-op threads
+(``TrainerConfig.num_threads`` wins for threads).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def place_trainer(
 
 def restore(placement: Placement) -> None:
     """Give this process back the cores and threads it had before :func:`place_trainer`
-    (a trainer run inside a notebook or a test session leaves them as it found them)."""
+    (a trainer run inside a notebook or under pytest leaves them as it found them)."""
     import torch
 
     _pin_every_thread(placement.previous_cores)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlkit.rollout.servers.cpu_split import CpuSplit
+from rlkit.rollout.servers.cpu_split import CpuSplit, servers_on_cpu
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,15 @@ def takes_run(engine: str) -> bool:
     from rlkit.registry import ROLLOUT_ENGINES
 
     return bool(ROLLOUT_ENGINES.entry(engine).extra.get("takes_run"))
+
+
+def starts_cpu_servers(rollout: Any, on_cpu: bool) -> bool:
+    """Whether ``rollout`` (a ``RolloutConfig``) names a registered server engine that
+    starts servers on this machine's CPU (``on_cpu``: the trainer's platform is the CPU)."""
+    from rlkit.registry import ROLLOUT_ENGINES
+
+    registered = rollout.engine in ROLLOUT_ENGINES and takes_run(rollout.engine)
+    return servers_on_cpu(rollout.engine_options, registered, on_cpu)
 
 
 def run_keywords(config: Any, cpu_split: CpuSplit | None = None) -> dict[str, ServerRun]:

@@ -410,22 +410,18 @@ def server_cores_problems(config: RunSections) -> list[str]:
     """``RolloutConfig.server_cores`` as a count: the engine must start servers on this
     CPU (the count would place nothing otherwise) and leave the trainer a core."""
     from rlkit import device
-    from rlkit.registry import ROLLOUT_ENGINES
     from rlkit.rollout.servers import cpu_split
+    from rlkit.rollout.servers.run import starts_cpu_servers
 
     setting = config.rollout.server_cores
     if not isinstance(setting, int) or isinstance(setting, bool) or setting < 1:
         return []
     on_cpu = (config.trainer.platform or device.current().name) == "cpu"
-    engine = config.rollout.engine
-    takes_run = engine in ROLLOUT_ENGINES and bool(
-        ROLLOUT_ENGINES.entry(engine).extra.get("takes_run")
-    )
-    if not cpu_split.servers_on_cpu(config.rollout.engine_options, takes_run, on_cpu):
+    if not starts_cpu_servers(config.rollout, on_cpu):
         return [
             f"RolloutConfig.server_cores = {setting} places servers the engine starts on "
-            f"this CPU; engine {engine!r} with these engine_options starts none: leave it "
-            f"at 'auto'"
+            f"this CPU; engine {config.rollout.engine!r} with these engine_options starts "
+            f"none: leave it at 'auto'"
         ]
     found = cpu_split.problem(setting, cpu_split.available_cores())
     return [found] if found else []
