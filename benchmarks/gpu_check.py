@@ -30,7 +30,10 @@ value | note); a section that fails puts its error in the table and the next one
 6. ``fsdp2``: ``TrainingBackend(strategy="fsdp2", mixed_precision="bf16")`` in this
    single process, the 0.5B actor, 3 steps (forward, backward, clip, AdamW); step times
    and whether every loss is finite.
-7. ``vllm rollout``: where vLLM is installed (``scripts/install_vllm.sh``, or
+7. ``tensor parallel``: :mod:`benchmarks.tensor_parallel`'s three layouts (one process,
+   FSDP2 over 2, t = 2 over 2), step time and memory per process; on CUDA it needs 2
+   GPUs (one per process) and says so on a machine with one.
+8. ``vllm rollout``: where vLLM is installed (``scripts/install_vllm.sh``, or
    ``RLKIT_VLLM_PYTHON``), the vLLM engine with one server on the rollout model of 2
    (bf16 on a GPU; on a CPU a tiny model with heads of 32, the smallest vLLM's CPU
    attention runs): tokens/s at each concurrency and the seconds of one weight sync.
@@ -54,10 +57,12 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
+import json
 import math
 import platform as host
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -101,6 +106,7 @@ SECTIONS = (
     "remove padding",
     "shared prefix",
     "fsdp2",
+    "tensor parallel",
     "vllm rollout",
 )
 
@@ -855,6 +861,48 @@ def section_fsdp2(ctx: Context) -> None:
     )
 
 
+def section_tensor_parallel(ctx: Context) -> None:
+    """7. ``benchmarks/tensor_parallel.py``: t = 2 against FSDP2 and one process, each
+    layout its own job (CUDA: one GPU per process, NCCL; so 2 GPUs are needed)."""
+    gpus = torch.cuda.device_count() if ctx.cuda else 0
+    if ctx.cuda and gpus < 2:
+        ctx.table.add(
+            "tensor parallel",
+            "t = 2",
+            "not run",
+            "needs 2 GPUs",
+            f"this machine has {gpus}; the CPU table: python benchmarks/tensor_parallel.py",
+        )
+        return
+    shape = ["--hidden-size", "128", "--layers", "1", "--heads", "4", "--kv-heads", "2"]
+    shape += ["--vocab", "512", "--tokens", "32", "--repeats", "1"]
+    if ctx.cuda:
+        shape = ["--hidden-size", "896", "--layers", "4", "--heads", "14", "--kv-heads", "2"]
+        shape += ["--vocab", "151936", "--rows", "16", "--tokens", "1024", "--device", "cuda"]
+    out = ctx.workdir / "tensor_parallel.json"
+    script = Path(__file__).resolve().parent / "tensor_parallel.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), *shape, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=max(60.0, ctx.budget_s - ctx.elapsed()),
+    )
+    if proc.returncode:
+        raise RuntimeError(proc.stdout[-1000:] + proc.stderr[-2000:])
+    rows = json.loads(out.read_text())
+    mib = 2.0**20
+    for row in rows:
+        ctx.table.add(
+            "tensor parallel",
+            row["layout"],
+            "step s",
+            f"{row['step_s']:.3f}",
+            f"{row['step_s'] / rows[0]['step_s']:.2f}x the 1-process step; parameters "
+            f"{row['params'] / mib:.1f} MiB, AdamW {row['optimizer'] / mib:.1f} MiB, "
+            f"activations {row['activations'] / mib:.1f} MiB per process",
+        )
+
+
 def section_vllm_rollout(ctx: Context) -> None:
     """7. The vLLM engine (one server of vLLM's own environment) on the rollout sizes:
     tokens/s at each concurrency and the seconds of one weight sync (reload from disk)."""
@@ -935,6 +983,7 @@ SECTION_FUNCTIONS: dict[str, Callable[[Context], None]] = {
     "remove padding": section_remove_padding,
     "shared prefix": section_shared_prefix,
     "fsdp2": section_fsdp2,
+    "tensor parallel": section_tensor_parallel,
     "vllm rollout": section_vllm_rollout,
 }
 

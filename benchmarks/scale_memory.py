@@ -59,6 +59,19 @@ class Model:
     experts: int = 1  # routed experts per layer
     kv_latent: int = 0  # MLA: cached dims per layer (kv_lora_rank + rope), else 0
     expert_params: float = 0.0  # parameters in routed experts (the rest is dense)
+    heads: int = 0  # attention heads; 0: hidden / head_dim
+
+    @property
+    def attention_heads(self) -> int:
+        return self.heads or self.hidden // self.head_dim
+
+    def rlkit_tensor_parallel(self) -> int:
+        """The largest ``ModelConfig.tensor_parallel_size`` up to a node's 8 GPUs that rlkit
+        can use: it must divide the attention and key/value heads; 0 for multi-head latent
+        attention (no plan)."""
+        if self.kv_latent:
+            return 0
+        return max(t for t in (1, 2, 4, 8) if not (self.attention_heads % t or self.kv_heads % t))
 
     @property
     def layer_params(self) -> float:
@@ -93,6 +106,7 @@ MODELS = (
         128,
         0,
         94 * 128 * 3 * 4096 * 1536,
+        64,
     ),
     # Experts: 58 MoE layers x 256 x 3 matrices of 7168 x 2048; MLA caches 512 + 64 dims.
     Model(
@@ -107,6 +121,7 @@ MODELS = (
         256,
         512 + 64,
         58 * 256 * 3 * 7168 * 2048,
+        128,
     ),
 )
 GPUS = (("8 x H100 80 GB", 80.0), ("8 x H200 141 GB", 141.0))
@@ -129,7 +144,7 @@ class Layout:
 LAYOUTS = (
     Layout("FSDP2", runs_today=True),
     Layout("FSDP2 + Ulysses 8", sp=8, runs_today=True),
-    Layout("FSDP2 + TP 8", tp=8),
+    Layout("FSDP2 + TP 8", tp=8, runs_today=True),
     Layout("FSDP2 + TP 8 + Ulysses 2", tp=8, sp=2),
     Layout("Megatron-Core TP 8 (EP for experts), PP as needed", tp=8, pp=0, fsdp=False),
 )
@@ -217,6 +232,16 @@ def layout_table(memory_gb: float, tokens: int, headroom: float) -> str:
         rows.append(f"| {m.name} | " + " | ".join(cells) + " |")
     today = ", ".join(layout.name for layout in LAYOUTS if layout.runs_today)
     rows.append(f"\nrlkit runs today: {today}.")
+    sizes = "; ".join(
+        f"{m.name} {m.rlkit_tensor_parallel() or 'none (MLA: no plan)'}" for m in MODELS
+    )
+    rows.append(
+        "rlkit's largest tensor-parallel size on a node (it must divide the attention and "
+        f"key/value heads): {sizes}. It keeps each layer's input whole on every "
+        "tensor-parallel process (no sequence parallelism) and replicates the experts, so "
+        "its memory under TP is above the column's for activations and for the "
+        "mixture-of-experts rows; TP with Ulysses is refused."
+    )
     return "\n".join(rows)
 
 

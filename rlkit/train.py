@@ -151,6 +151,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
     from rlkit.distributed.sequence_parallel import SequenceParallelError
+    from rlkit.distributed.tensor_parallel import TensorParallelError
+    from rlkit.models.tensor_parallel_plans import TensorParallelPlanError
     from rlkit.rollout.servers.errors import (
         ProbeMismatchError,
         ServerStartError,
@@ -176,6 +178,8 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         NoUpdateError,  # DAPO's group filter kept nothing in any step
         ServerStartError,  # an inference server not installed, unreachable or not starting
         SequenceParallelError,  # a Ulysses size the launched processes cannot form
+        TensorParallelError,  # a tensor-parallel size the launched processes cannot form
+        TensorParallelPlanError,  # a model family without a tensor-parallel plan
         DataContractError,  # a role that did not store what it declared it provides
         WeightMismatchError,  # a weight sync that did not reach a server
         ProbeMismatchError,  # a server computing other log-probs after a sync

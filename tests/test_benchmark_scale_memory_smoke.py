@@ -36,4 +36,5 @@ def test_the_script_prints_both_hardware_tables(capsys):
     scale.main(["--tokens", "4096"])
     out = capsys.readouterr().out
     assert out.count("## Training memory per GPU") == 2 and "DeepSeek-V3 (671B)" in out
-    assert "rlkit runs today: FSDP2, FSDP2 + Ulysses 8." in out
+    assert "rlkit runs today: FSDP2, FSDP2 + Ulysses 8, FSDP2 + TP 8." in out
+    assert "Qwen2.5-7B 4; Qwen2.5-32B 8;" in out and "(671B) none (MLA: no plan)" in out

@@ -112,6 +112,10 @@ KEYS: dict[str, Key] = {
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": Key(
         "ModelConfig.ulysses_sequence_parallel_size", int
     ),
+    # verl splits layers only under its Megatron backend; rlkit does it on FSDP2 (DTensor).
+    "actor_rollout_ref.actor.megatron.tensor_model_parallel_size": Key(
+        "ModelConfig.tensor_parallel_size", int
+    ),
     "actor_rollout_ref.actor.freeze_vision_tower": Key("ModelConfig.freeze_vision_tower", bool),
     "actor_rollout_ref.model.enable_gradient_checkpointing": Key(
         "ModelConfig.gradient_checkpointing", bool
@@ -300,8 +304,9 @@ _PREFIX_REASONS = (
     ),
     (
         ".megatron.",
-        "a Megatron-Core backend setting: rlkit trains with FSDP2 (docs/scale.md says which "
-        "models that covers)",
+        "a Megatron-Core backend setting: rlkit trains with FSDP2 and, for "
+        "actor_rollout_ref.actor.megatron.tensor_model_parallel_size, DTensor tensor "
+        "parallelism (docs/scale.md says which models that covers)",
     ),
     (".checkpoint.", "checkpoints hold the whole training state"),
     (

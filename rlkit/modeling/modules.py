@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from rlkit import ops
 from rlkit.distributed.collectives import world
 from rlkit.distributed.sequence_parallel import SequenceParallel
+from rlkit.distributed.tensor_parallel import vocab_slice
 from rlkit.kernels.attention import GROUPED_SDPA, grouped_sdpa_attention
 from rlkit.kernels.segmented_attention import AttentionSegments
 from rlkit.modeling.prefix_sharing import shared_prefix_hidden, supports_prefix_sharing
@@ -30,6 +32,7 @@ from rlkit.models.vision_language import (
     rope_positions,
     vision_trunk,
 )
+from rlkit.ops.vocab_parallel import vocab_parallel_token_logprobs
 
 
 def _response_hidden(
@@ -185,22 +188,44 @@ class ActorModule(nn.Module):
                 self.backbone, batch, prompt_width, self.remove_padding, self.share_prefix
             )
             labels = batch["responses"]
-        head = self.backbone.get_output_embeddings()
-        logp, ent = ops.token_logprobs_and_entropy(
-            hidden,
-            head.weight,
-            labels,
-            temperature=temperature,
-            chunk_size=self.chunk_size,
-            compute_entropy=compute_entropy,
-            lm_head_bias=getattr(head, "bias", None),
-            logit_softcap=self.logit_softcap,
-        )
+        logp, ent = self._token_stats(hidden, labels, temperature, compute_entropy)
         if self.split:
             width = batch["responses"].shape[1]
             logp = packing.response_values(logp[0], prompt_width, width)
             ent = None if ent is None else packing.response_values(ent[0], prompt_width, width)
         return logp.float(), None if ent is None else ent.float()
+
+    def _token_stats(
+        self, hidden: torch.Tensor, labels: torch.Tensor, temperature: float, entropy: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs and entropy from the hidden states through the LM head; a head split
+        by vocabulary (tensor parallelism) is read slice by slice, never gathered."""
+        head = self.backbone.get_output_embeddings()
+        bias = getattr(head, "bias", None)
+        if isinstance(head.weight, DTensor):
+            weight, start, group = vocab_slice(head.weight)
+            return vocab_parallel_token_logprobs(
+                hidden,
+                weight,
+                labels,
+                vocab_start=start,
+                temperature=temperature,
+                chunk_size=self.chunk_size,
+                compute_entropy=entropy,
+                bias=None if bias is None else bias.to_local(),
+                logit_softcap=self.logit_softcap,
+                group=group,
+            )
+        return ops.token_logprobs_and_entropy(
+            hidden,
+            head.weight,
+            labels,
+            temperature=temperature,
+            chunk_size=self.chunk_size,
+            compute_entropy=entropy,
+            lm_head_bias=bias,
+            logit_softcap=self.logit_softcap,
+        )
 
     def reference_context(self) -> AbstractContextManager:
         """With LoRA, the adapter-free model is the reference policy."""

@@ -19,6 +19,14 @@ does the same for the loss; Shoeybi et al. 2019, arXiv:1909.08053)::
 and ``d/d logits = d/d z / T``. :func:`gathered_logprobs_and_entropy` is the plain twin:
 it gathers the slices and calls :func:`~rlkit.ops.logprobs.logprobs_and_entropy_from_logits`
 (tests compare the two).
+
+:func:`vocab_parallel_token_logprobs` starts from the hidden states and this process's rows
+of the LM head (tensor parallelism's split head): ``chunk_size`` tokens at a time, it forms
+the local logits (tokens x V_i), takes the statistics above, and recomputes the chunk in
+the backward pass, so neither the full nor the local logits of all tokens are ever held.
+Every process holds the same hidden states and each slice's gradient reaches them, so
+their gradient is summed over the processes (Megatron-LM's "copy to the tensor-parallel
+region": identity forward, all-reduce backward).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.utils.checkpoint import checkpoint
 
 from rlkit.ops.logprobs import logprobs_and_entropy_from_logits
 
@@ -133,4 +142,72 @@ def gathered_logprobs_and_entropy(
     parts[rank] = padded  # this slice keeps its autograd history
     full = torch.cat([part[..., : int(w)] for part, w in zip(parts, widths)], dim=-1)
     log_p, entropy = logprobs_and_entropy_from_logits(full, labels, temperature=temperature)
+    return log_p, entropy
+
+
+class _SumGradients(torch.autograd.Function):
+    """Identity forward; the gradient summed over ``group`` in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any) -> torch.Tensor:  # type: ignore[override]
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        grad = grad.contiguous()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+def vocab_parallel_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    vocab_start: int,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    compute_entropy: bool = True,
+    bias: torch.Tensor | None = None,
+    logit_softcap: float | None = None,
+    group: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log p(label)`` and entropy of ``softmax((hidden @ W^T + b) / T)`` over the whole
+    vocabulary, from this process's rows of ``W`` (module docstring).
+
+    Args:
+        hidden: (..., H) the same on every process of ``group``; gradients flow to it.
+        weight: (V_i, H) this process's rows of the LM head, ids ``vocab_start ..``.
+        labels: (...) token ids in the whole vocabulary.
+        vocab_start: the first vocabulary id of this process's rows.
+        temperature: T > 0.
+        chunk_size: tokens per chunk.
+        compute_entropy: also return the entropy.
+        bias: (V_i,) this process's slice of the head's bias, or ``None``.
+        logit_softcap: Gemma2's ``c``: logits ``c * tanh(z / c)``, as the model computes.
+        group: the process group the vocabulary is split over.
+
+    Returns:
+        log_probs: (...) float32, the same on every process.
+        entropy: (...) float32, or ``None`` without ``compute_entropy``.
+    """
+    lead = hidden.shape[:-1]
+    flat = _SumGradients.apply(hidden.reshape(-1, hidden.shape[-1]), group)
+    flat_labels = labels.reshape(-1).long()
+
+    def chunk_stats(h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.nn.functional.linear(h, weight, bias)
+        if logit_softcap is not None:
+            logits = torch.tanh(logits / logit_softcap) * logit_softcap
+        return vocab_parallel_logprobs_and_entropy(
+            logits, y, vocab_start=vocab_start, temperature=temperature, group=group
+        )
+
+    parts = [
+        checkpoint(chunk_stats, h, y, use_reentrant=False)
+        for h, y in zip(flat.split(chunk_size), flat_labels.split(chunk_size))
+    ]
+    log_p = torch.cat([p[0] for p in parts]).reshape(lead)
+    entropy = torch.cat([p[1] for p in parts]).reshape(lead) if compute_entropy else None
     return log_p, entropy

@@ -72,6 +72,10 @@ class RolloutEngine(abc.ABC):
     """States of the engine's servers, reported as the main process's latest value
     (servers usable, restarts so far): they do not add up over processes."""
 
+    runs_trainer_model: bool = False
+    """Whether it generates with the trainer's own (possibly split) model, so that every
+    process of a tensor-parallel group must generate the same prompts in step."""
+
     @abc.abstractmethod
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams) -> RolloutBatch:
         """Sample ``params.n`` responses for every prompt (token ids, no padding).

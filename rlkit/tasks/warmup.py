@@ -8,7 +8,9 @@ beside it and renamed into place only when complete.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +21,26 @@ import torch
 MARKER = "rlkit_sft.json"
 
 
+_BUILDING: dict[Path, int] = {}
+"""Lock files held by this process while it builds the model of a directory."""
+
+
 def cached(out: Path, settings: dict[str, Any]) -> bool:
-    """True when ``out`` holds a model trained with exactly ``settings``."""
+    """True when ``out`` holds a model trained with exactly ``settings``.
+
+    Otherwise this process now builds it: it holds ``out``'s lock until :func:`publish`
+    (or its exit), so the processes of a multi-process launch, which all evaluate the
+    experiment's model reference, build it once: the others wait here and then find it.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out.with_name(out.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
     marker = out / MARKER
-    return marker.exists() and json.loads(marker.read_text()).get("settings") == settings
+    if marker.exists() and json.loads(marker.read_text()).get("settings") == settings:
+        os.close(fd)  # closing releases the lock
+        return True
+    _BUILDING[out.resolve()] = fd
+    return False
 
 
 def fresh_model(
@@ -90,6 +108,9 @@ def publish(model: torch.nn.Module, tmp: Path, out: Path, settings: dict[str, An
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
+    fd = _BUILDING.pop(out.resolve(), None)
+    if fd is not None:
+        os.close(fd)
     return str(out)
 
 

@@ -14,6 +14,13 @@ gradient of the global-batch loss::
     loss_r = num_processes * sum_{tokens on r} l / N_global
     mean_r grad(loss_r) = grad(sum_{all tokens} l / N_global)
 
+Tensor parallelism (``tensor_parallel_size`` t > 1, :mod:`rlkit.distributed.tensor_parallel`):
+the processes form a ``dp x tp`` mesh; each model is split by its family's plan over the
+``tp`` axis and FSDP2 shards it over the ``dp`` axis only, so FSDP2 averages over the
+``dp`` groups and the scale is their number (:attr:`TrainingBackend.gradient_scale`):
+the ``t`` processes of a group compute the same loss from the same rows, each the
+gradient of its own shards.
+
 Sharded models: parameters are ``DTensor`` shards; ``full_state_dict`` gathers them,
 ``save_sharded`` / ``load_sharded`` write and read one shard per process
 (``torch.distributed.checkpoint``), and ``generation_context`` makes
@@ -39,6 +46,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import (
     FullyShardedDataParallelPlugin,
+    fsdp2_apply_ac,
     fsdp2_prepare_model,
     get_int_from_env,
     set_seed,
@@ -50,6 +58,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rlkit.distributed.sequence_parallel import (
@@ -58,9 +67,22 @@ from rlkit.distributed.sequence_parallel import (
     build_sequence_parallel,
     sequence_parallel_problem,
 )
+from rlkit.distributed.tensor_parallel import (
+    TensorParallel,
+    TensorParallelError,
+    build_tensor_parallel,
+    parallelize_backbone,
+    process_count_problem,
+)
 from rlkit.trainer.fsdp_cpu_shim import enable_fsdp_on_cpu, has_accelerator
+from rlkit.trainer.grad_norm import clip_grad_norm
 
 STRATEGIES = ("auto", "fsdp2", "none")
+COMBINED_PARALLELISM = (
+    "ModelConfig.tensor_parallel_size and ModelConfig.ulysses_sequence_parallel_size cannot "
+    "both exceed 1: rlkit splits either layers or sequences over a process group, not both "
+    "(a 3-D mesh); set one of them to 1"
+)
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 #: Environment of a one-process torchrun launch; see `_single_process_launch_env`.
 LAUNCH_VARS = (
@@ -189,6 +211,8 @@ class TrainingBackend:
         seed: if given, seeds Python, NumPy and torch identically on every process.
         sequence_parallel_size: ``k`` processes split each sequence (Ulysses,
             :mod:`rlkit.modeling.ulysses`); FSDP2 still shards over all processes.
+        tensor_parallel_size: ``t`` processes split every layer (module docstring); FSDP2
+            shards over the ``processes / t`` data-parallel groups.
 
     Attributes:
         accelerator: the underlying ``accelerate.Accelerator``.
@@ -199,6 +223,8 @@ class TrainingBackend:
         is_sharded: ``True`` when FSDP2 is in use.
         sequence_parallel: this process's place in the data-parallel x sequence-parallel
             grid (:class:`~rlkit.distributed.sequence_parallel.SequenceParallel`).
+        tensor_parallel: this process's place in the data-parallel x tensor-parallel mesh
+            (:class:`~rlkit.distributed.tensor_parallel.TensorParallel`).
     """
 
     def __init__(
@@ -211,6 +237,7 @@ class TrainingBackend:
         activation_checkpointing: bool = False,
         seed: int | None = None,
         sequence_parallel_size: int = 1,
+        tensor_parallel_size: int = 1,
     ) -> None:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
@@ -235,6 +262,11 @@ class TrainingBackend:
         problem = sequence_parallel_problem(sequence_parallel_size, _launched_world_size())
         if problem:  # before any process group or model exists
             raise SequenceParallelError(problem)
+        problem = process_count_problem(tensor_parallel_size, _launched_world_size())
+        if problem is None and tensor_parallel_size > 1 and sequence_parallel_size > 1:
+            problem = COMBINED_PARALLELISM
+        if problem:
+            raise TensorParallelError(problem)
         self._closed = False
         self._owns_process_group = not dist.is_initialized()
         self._saved_use_fsdp = os.environ.get("ACCELERATE_USE_FSDP")
@@ -269,8 +301,29 @@ class TrainingBackend:
         self.num_processes: int = self.accelerator.num_processes
         self.is_main_process: bool = self.accelerator.is_main_process
         self.sequence_parallel: SequenceParallel = build_sequence_parallel(sequence_parallel_size)
+        self.tensor_parallel: TensorParallel = build_tensor_parallel(
+            tensor_parallel_size, self.device.type
+        )
         if seed is not None:
             set_seed(seed)
+
+    @property
+    def data_parallel(self) -> tuple[int, int]:
+        """``(rank, size)`` of this process's data-parallel group: the processes of one
+        Ulysses or tensor-parallel group hold the same rows."""
+        grid = self.tensor_parallel if self.tensor_parallel.enabled else self.sequence_parallel
+        return grid.dp_rank, grid.dp_size
+
+    @property
+    def row_replicas(self) -> int:
+        """How many processes hold each row (a Ulysses or tensor-parallel group's size)."""
+        return self.sequence_parallel.size * self.tensor_parallel.size
+
+    @property
+    def gradient_scale(self) -> int:
+        """The factor of a process's globally normalised loss (module docstring): the
+        processes FSDP2 averages gradients over."""
+        return self.data_parallel[1] if self.tensor_parallel.enabled else self.num_processes
 
     # ------------------------------------------------------------------ models
     def prepare(
@@ -299,6 +352,8 @@ class TrainingBackend:
             optimizer wrapped by accelerate, or ``None`` without a factory.
         """
         backbone = _backbone_of(model)
+        if self.tensor_parallel.enabled:
+            return self._prepare_tensor_parallel(model, optimizer_factory)
         if self.is_sharded:
             self.accelerator.state.fsdp_plugin.transformer_cls_names_to_wrap = _layer_class_names(
                 backbone
@@ -320,6 +375,45 @@ class TrainingBackend:
         optimizer = optimizer_factory([p for p in model.parameters() if p.requires_grad])
         model, optimizer = self.accelerator.prepare(model, optimizer)
         return model, optimizer
+
+    def _prepare_tensor_parallel(
+        self,
+        model: nn.Module,
+        optimizer_factory: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None,
+    ) -> tuple[nn.Module, torch.optim.Optimizer | None]:
+        """Split the backbone over the ``tp`` axis, then FSDP2 over the ``dp`` axis.
+
+        Accelerate's own tensor-parallel preparation expects a model split by
+        transformers' loader, so FSDP2 is applied here with the plugin's settings: one
+        unit per decoder layer and the wrapper as root, as :meth:`prepare` gets them.
+        """
+        backbone = _backbone_of(model)
+        parallelize_backbone(backbone, self.tensor_parallel)
+        plugin = self.accelerator.state.fsdp_plugin
+        plugin.transformer_cls_names_to_wrap = _layer_class_names(backbone)
+        if self.activation_checkpointing:
+            model = fsdp2_apply_ac(self.accelerator, model)
+        if self.accelerator.mixed_precision != "no":  # FSDP2 keeps fp32 master weights
+            for param in model.parameters():
+                if param.requires_grad and param.dtype != torch.float32:
+                    param.data = param.data.to(torch.float32)
+        options = {
+            "mesh": self.tensor_parallel.mesh["dp"],
+            "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
+        }
+        layers = set(plugin.transformer_cls_names_to_wrap)
+        for module in list(model.modules()):
+            if type(module).__name__ in layers or (
+                type(module).__name__ == "CheckpointWrapper"
+                and type(module._checkpoint_wrapped_module).__name__ in layers
+            ):
+                fully_shard(module, reshard_after_forward=self.reshard_after_forward, **options)
+        fully_shard(model, **options)
+        if optimizer_factory is None:
+            model.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
+            return model, None
+        optimizer = optimizer_factory([p for p in model.parameters() if p.requires_grad])
+        return model, self.accelerator.prepare_optimizer(optimizer)
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         """Return the wrapper module itself (under FSDP2 the same object, still sharded).
@@ -355,12 +449,9 @@ class TrainingBackend:
         """
         # Not accelerator.clip_grad_norm_: under FSDP it compares parameter lists with `==`,
         # which raises once two prepared models have equally many parameters (actor and
-        # reference policy). torch's own clip is DTensor-aware: the norm of sharded gradients
-        # is a partial DTensor that is all-reduced when used.
+        # reference policy).
         self.accelerator.unscale_gradients()
-        params = [p for p in model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        return norm.full_tensor() if isinstance(norm, DTensor) else norm
+        return clip_grad_norm([p for p in model.parameters() if p.grad is not None], max_norm)
 
     # ------------------------------------------------------------ collectives
     def barrier(self) -> None:

@@ -67,7 +67,10 @@ class RolloutSettings:
         scorers: roles that score responses (a reward model).
         needs: the algorithm's :class:`~rlkit.trainer.algorithm.Needs`.
         report: prints a line on the main process.
-        world: ``(rank, world_size)``.
+        world: ``(rank, world_size)`` of the processes that generate different prompts.
+        replicas: processes per rank of ``world`` (a tensor-parallel group's size): they
+            generate that rank's prompts together (an engine that runs the trainer's split
+            model) or the first of them alone (a server engine), and one copy is kept.
         concurrent_prompts: 0 (one agent-loop call for all of a round's prompts) or how
             many prompts' calls run at once, each as its own call (rollouts running ahead:
             a weight sync then waits for the calls running, not for whole rounds).
@@ -85,6 +88,7 @@ class RolloutSettings:
     needs: Any
     report: Callable[[str], None]
     world: tuple[int, int]
+    replicas: int = 1
     concurrent_prompts: int = 0
 
 
@@ -108,6 +112,7 @@ class RolloutSource:
         )
         self.scorers, self.needs, self.report = s.scorers, s.needs, s.report
         self.rank, self.world = s.world
+        self.replicas = s.replicas
         weights, concurrent_prompts = s.weights, s.concurrent_prompts
         self.step = 0  # the step being generated for (messages)
         self.gauges: dict[str, float] = {}
@@ -258,6 +263,8 @@ class RolloutSource:
     ) -> ScoredRollout:
         """Generate for this process's share of ``indices``; the global scored rollout.
         ``step``: the training step it is for (counted in :attr:`finished_samples`)."""
+        if not self._generates():
+            return self._gathered(ScoredRollout([], [], [], [], []))
         with timer("gen"):
             per = -(-len(indices) // self.world)
             mine = indices[self.rank * per : (self.rank + 1) * per]
@@ -293,7 +300,18 @@ class RolloutSource:
         counters, gauges = self._engine_metrics(engine_metrics)
         scored.metrics |= counters  # they add up over processes and rounds, as rewards do
         self._note_gauges(gauges)
-        return ScoredRollout.concat(comm.gather_objects(scored))
+        return self._gathered(scored)
+
+    def _gathered(self, scored: ScoredRollout) -> ScoredRollout:
+        """Every process's rollout, one copy per tensor-parallel group, in rank order."""
+        return ScoredRollout.concat(one_copy_each(comm.gather_objects(scored), self.replicas))
+
+    def _generates(self) -> bool:
+        """Whether this process generates its rank's prompts: every process of a
+        tensor-parallel group with an engine on the trainer's model (in step), only the
+        group's first with a server engine (the others' copies would be other samples)."""
+        tp_rank = comm.world()[0] % self.replicas
+        return tp_rank == 0 or getattr(self.engine, "runs_trainer_model", False)
 
     def _run_agent_loop(
         self, requests: list[AgentRequest], params: SamplingParams, step: int | None
@@ -380,3 +398,27 @@ class RolloutSource:
                 f"({gauges.get('rollout/servers_usable', float('nan')):g} usable now): {servers}"
             )
         self.gauges = gauges
+
+
+def one_copy_each(rollouts: list[ScoredRollout], replicas: int) -> list[ScoredRollout]:
+    """The first of each group of ``replicas`` consecutive processes' rollouts.
+
+    Raises:
+        RuntimeError: two processes of a group that both generated (in step, from the same
+            seed) sampled different tokens.
+    """
+    if replicas == 1:
+        return rollouts
+    kept = rollouts[::replicas]
+    for g, first in enumerate(kept):
+        ids = [t.response_ids for t in first.trajectories]
+        for other in rollouts[g * replicas + 1 : (g + 1) * replicas]:
+            theirs = [t.response_ids for t in other.trajectories]
+            if theirs and theirs != ids:
+                raise RuntimeError(
+                    "the processes of a tensor-parallel group sampled different responses "
+                    "from the same model and seed; their forward passes differ (a kernel "
+                    "that is not deterministic across processes). Please report this with "
+                    "the model and ModelConfig.kernel_overrides"
+                )
+    return kept

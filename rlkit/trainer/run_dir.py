@@ -56,6 +56,7 @@ RESUMABLE_CHANGES = frozenset(
         # Which process or packed row computes a token: the same result, to float rounding.
         "TrainerConfig.balance_batch",
         "ModelConfig.share_prompt_prefix",
+        "ModelConfig.tensor_parallel_size",  # checkpoints reshard to any split
         # Validation draws from its own random stream, so these leave training unchanged.
         "RolloutConfig.val_n",
         "RolloutConfig.val_temperature",

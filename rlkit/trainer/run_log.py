@@ -47,6 +47,7 @@ def startup_lines(
     sequence_parallel: Any,
     host_memory_note: str | None,
     resume_changes: list[str],
+    tensor_parallel: Any = None,
 ) -> list[str]:
     """What the run is (platform, processes, estimator, loss, engine, kernels), what the
     model's features change, and what differs from the run being resumed."""
@@ -63,6 +64,13 @@ def startup_lines(
             f"ModelConfig.ulysses_sequence_parallel_size: {sp.size} processes split each "
             f"packed micro-batch ({sp.dp_size} data-parallel group(s)); attention is "
             f"grouped_sdpa; share_prompt_prefix is off for the split passes"
+        )
+    tp = tensor_parallel
+    if tp is not None and tp.enabled:
+        lines.append(
+            f"ModelConfig.tensor_parallel_size: {tp.size} processes split every layer "
+            f"({tp.dp_size} data-parallel group(s), FSDP2 across them); the log-probs read "
+            f"the vocabulary-split LM head slice by slice"
         )
     if host_memory_note:
         lines.append(f"TrainerConfig.keep_freed_host_memory: {host_memory_note}")

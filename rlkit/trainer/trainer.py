@@ -120,7 +120,8 @@ class RLTrainer:
                 scorers=[r for r in self.roles.values() if type(r).score is not Role.score],
                 needs=self.algorithm.needs,
                 report=self._print,
-                world=(self.rank, self.world),
+                world=self.sampling_world,
+                replicas=self.backend.tensor_parallel.size,
                 # async: each prompt its own call, so a sync waits for calls, not steps
                 concurrent_prompts=cfg.data.train_batch_size
                 * (cfg.trainer.rollout_mode == "async"),
@@ -164,14 +165,19 @@ class RLTrainer:
             cpu_offload=t.cpu_offload,
             seed=t.seed,
             sequence_parallel_size=self.cfg.model.ulysses_sequence_parallel_size,
+            tensor_parallel_size=self.cfg.model.tensor_parallel_size,
         )
         self.rank, self.world = self.backend.process_index, self.backend.num_processes
-        if self.cfg.data.train_batch_size % self.world:
+        dp_rank, dp_size = self.backend.data_parallel
+        if self.cfg.data.train_batch_size % dp_size:
             raise ValueError(
                 f"DataConfig.train_batch_size ({self.cfg.data.train_batch_size}) must be "
-                f"divisible by the number of processes ({self.world})"
+                f"divisible by the number of data-parallel groups ({dp_size})"
             )
-        builders.seed_everything(t.seed + self.rank)
+        # A tensor-parallel group samples as one: the same seeds on each of its processes.
+        tp = self.backend.tensor_parallel.enabled
+        self.sampling_world = (dp_rank, dp_size) if tp else (self.rank, self.world)
+        builders.seed_everything(t.seed + self.sampling_world[0])
         self.out_dir = Path(t.output_dir)
         self.is_main = self.backend.is_main_process
         self._lock_run_dir()
@@ -254,6 +260,7 @@ class RLTrainer:
             resumed_from=self.resumed_from,
             model_config=self.roles["actor"].backbone.config,
             sequence_parallel=self.backend.sequence_parallel,
+            tensor_parallel=self.backend.tensor_parallel,
             host_memory_note=self.host_memory_note,
             resume_changes=self.resume_changes,
         )
@@ -392,7 +399,7 @@ class RLTrainer:
             self.val_prompts,
             self.platform,
             self.cfg.trainer.seed,
-            self.rank,
+            self.sampling_world[0],
             self.step_count,
         )
 

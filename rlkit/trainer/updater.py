@@ -66,9 +66,11 @@ class Updater:
     ) -> None:
         self.cfg, self.backend, self.algorithm, self.report = config, backend, algorithm, report
         # Rows are shared out among data-parallel groups; the k processes of a Ulysses
-        # group (rlkit/modeling/ulysses.py) hold the same rows and split each sequence.
+        # group (rlkit/modeling/ulysses.py) hold the same rows and split each sequence,
+        # those of a tensor-parallel group hold the same rows and split each layer.
         self.sp = backend.sequence_parallel
-        self.rank, self.world = self.sp.dp_rank, self.sp.dp_size
+        self.rank, self.world = backend.data_parallel
+        self.replicas = backend.row_replicas
 
     # ------------------------------------------------------------ the plan
     def shares(self, batch: TrainBatch) -> tuple[TrainBatch, list[list[int]]]:
@@ -139,8 +141,8 @@ class Updater:
             if len(rows):
                 out[rows, : value.shape[1]] = value
         gathered = comm.gather_rows(out)  # the processes' shares, one after another
-        if self.sp.enabled:  # a Ulysses group's processes computed the same rows: keep one
-            gathered = gathered.unflatten(0, (-1, len(local)))[:: self.sp.size].flatten(0, 1)
+        if self.replicas > 1:  # a Ulysses or TP group's processes computed the same rows
+            gathered = gathered.unflatten(0, (-1, len(local)))[:: self.replicas].flatten(0, 1)
         in_order = torch.empty_like(gathered)
         in_order[torch.tensor([i for rows in shares for i in rows])] = gathered
         return in_order[: len(batch)]
@@ -206,9 +208,9 @@ class Updater:
                 loss, additive, parts = loss_fn(micro, forward(module, micro), norms)
                 finite &= bool(torch.isfinite(loss))
                 if finite:
-                    # FSDP averages gradients over all processes (module docs of backend.py
+                    # FSDP averages gradients over its processes (module docs of backend.py
                     # and, for a Ulysses group's partial gradients, of ulysses.py).
-                    self.backend.backward(loss * self.backend.num_processes)
+                    self.backend.backward(loss * self.backend.gradient_scale)
                 for key, value in additive.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                 means.add(parts, weight=float(micro.loss_mask.sum()))
@@ -216,7 +218,7 @@ class Updater:
             skipped += int(not ok)
             keys = sorted(sums)
             packed = comm.all_reduce(torch.tensor([sums[k] for k in keys], dtype=torch.float64))
-            packed /= self.sp.size  # each Ulysses group's k processes added the same sums
+            packed /= self.replicas  # each group's processes added the same sums
             totals.append(dict(zip(keys, packed.tolist())))
             means.add({f"{prefix}/grad_norm": grad_norm}, weight=1.0 / self.backend.num_processes)
         out = means.reduced(comm.all_reduce)

@@ -148,6 +148,7 @@ class HFEngine(RolloutEngine):
 
     # generate emits no metric; the multi-turn ContinuousDecoder counts the context ids it
     # served from a trajectory's kept KV cache.
+    runs_trainer_model = True
     counters: tuple[str, ...] = ("rollout/kv_reused_tokens",)
 
     def __init__(

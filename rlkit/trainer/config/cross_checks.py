@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rlkit.trainer.config.data import DataConfig
 from rlkit.trainer.config.models import ModelConfig, PrimeConfig, RewardModelConfig
@@ -283,6 +283,60 @@ def _ulysses_model_problems(path: str | None, k: int, setting: str) -> list[str]
             f"ulysses_sequence_parallel_size > 1 splits text-only sequences; set it to 1"
         ]
     return [f"{p} ({setting}: {path})" for p in head_problems(config, k)]
+
+
+def tensor_parallel_problems(config: Any) -> list[str]:
+    """Tensor-parallel settings rlkit cannot honour: with Ulysses, LoRA, rollouts ahead
+    of training, a reward model, or a model, process count or head count it cannot split
+    (:mod:`rlkit.distributed.tensor_parallel`)."""
+    model, t = config.model, config.model.tensor_parallel_size
+    if not isinstance(t, int) or t <= 1:
+        return []
+    from rlkit.distributed.process_exit import launched_world_size
+    from rlkit.distributed.tensor_parallel import process_count_problem
+
+    setting = f"ModelConfig.tensor_parallel_size = {t}"
+    problems = []
+    if model.ulysses_sequence_parallel_size > 1:
+        problems.append(
+            f"{setting} and ModelConfig.ulysses_sequence_parallel_size = "
+            f"{model.ulysses_sequence_parallel_size}: rlkit splits either layers or sequences "
+            "over a process group, not both (a 3-D mesh); set one of them to 1"
+        )
+    if model.lora_rank > 0:
+        problems.append(
+            f"{setting} splits the model's own layers, which LoRA (ModelConfig.lora_rank = "
+            f"{model.lora_rank}) wraps in adapters; set lora_rank = 0 or tensor_parallel_size = 1"
+        )
+    if config.trainer.rollout_mode != "sync":
+        problems.append(
+            f"{setting} runs with TrainerConfig.rollout_mode = 'sync' only (the split layers' "
+            f"exchanges cannot overlap with rollouts running ahead); got "
+            f"{config.trainer.rollout_mode!r}"
+        )
+    if config.reward_model.path:
+        problems.append(
+            f"{setting} does not split the reward model (RewardModelConfig.path); score with "
+            "rule rewards or set tensor_parallel_size = 1"
+        )
+    launched = "WORLD_SIZE" in os.environ  # else the backend checks the count
+    problem = launched and process_count_problem(t, launched_world_size())
+    if problem:
+        problems.append(problem)
+    for name, path in _model_paths(model, config.prime):
+        problems += _tensor_parallel_model_problems(path, t, name)
+    return problems
+
+
+def _tensor_parallel_model_problems(path: str | None, t: int, setting: str) -> list[str]:
+    if not path or not (Path(path) / "config.json").is_file():
+        return []  # a missing directory is reported by the model checks
+    from transformers import AutoConfig
+
+    from rlkit.models.tensor_parallel_plans import tensor_parallel_problem
+
+    problem = tensor_parallel_problem(AutoConfig.from_pretrained(path), t)
+    return [f"{problem} ({setting}: {path})"] if problem else []
 
 
 def vision_language_problems(model: ModelConfig, rollout: RolloutConfig) -> list[str]:

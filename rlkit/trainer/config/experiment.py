@@ -20,6 +20,7 @@ from rlkit.trainer.config.cross_checks import (
     server_cores_problems,
     single_response_problems,
     source_problems,
+    tensor_parallel_problems,
     vision_language_problems,
 )
 from rlkit.trainer.config.data import DataConfig
@@ -90,6 +91,7 @@ class ExperimentConfig:
         problems += model_family_problems(self.model, self.prime)
         problems += position_problems(self.model, self.data, self.rollout)
         problems += sequence_parallel_problems(self.model, self.prime)
+        problems += tensor_parallel_problems(self)
         problems += vision_language_problems(self.model, self.rollout)
         problems += rollout_mode_problems(self)
         problems += server_cores_problems(self)

@@ -67,6 +67,15 @@ class ModelConfig:
     docs/sequence_parallel.md). Needs ``use_remove_padding``; the token budget
     ``OptimConfig.max_token_len_per_micro_batch`` is per process, so a group's micro-batch
     holds up to ``k`` times it; ``share_prompt_prefix`` is off for the split passes."""
+    tensor_parallel_size: int = checked(1, COUNT)
+    """``t`` > 1: the ``t`` processes of a group split every layer of the policy, its
+    reference and critic (attention heads and MLP width column/row-wise, the embeddings
+    and LM head by vocabulary; torch's DTensor tensor parallelism) and hold the same
+    rows; FSDP2 shards over the ``processes / t`` groups, a 2-D mesh. The log-probs read
+    the vocabulary-split head slice by slice. Needs a family with a plan
+    (``rlkit/models/tensor_parallel_plans.py``), ``t`` dividing the processes and the
+    heads, ``rollout_mode = 'sync'``, no LoRA and no Ulysses (docs/scale.md). Checkpoints
+    resume at another ``t``."""
     freeze_vision_tower: bool = False
     """A vision-language policy (Qwen2-VL / Qwen2.5-VL) keeps its vision tower
     (transformers' ``visual`` module: patch embedding, blocks and patch merger) as loaded,
