@@ -876,6 +876,7 @@ def section_tensor_parallel(ctx: Context) -> None:
         return
     shape = ["--hidden-size", "128", "--layers", "1", "--heads", "4", "--kv-heads", "2"]
     shape += ["--vocab", "512", "--tokens", "32", "--repeats", "1"]
+    shape += ["--layouts", "one,tp"]  # the smoke size: two jobs
     if ctx.cuda:
         shape = ["--hidden-size", "896", "--layers", "4", "--heads", "14", "--kv-heads", "2"]
         shape += ["--vocab", "151936", "--rows", "16", "--tokens", "1024", "--device", "cuda"]

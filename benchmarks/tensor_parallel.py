@@ -19,7 +19,7 @@ Per process it reports the bytes of its parameters, gradients and AdamW moments 
 local shards it keeps between steps), the activations autograd saves for the backward
 pass (distinct storages, parameters left out), and the wall time of one optimizer step
 (forward, backward, clip, AdamW; median of ``--repeats`` after one warm-up step). The
-ratios are against the baseline, measured in the same run.
+ratios are against the baseline (the first of ``--layouts``), measured in the same run.
 """
 
 from __future__ import annotations
@@ -44,7 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from host_cpu import cpu_name  # noqa: E402
 from ulysses import _free_port  # noqa: E402
 
-LAYOUTS = (("1 process", 1, 1), ("2 processes, FSDP2", 2, 1), ("2 processes, t = 2", 2, 2))
+#: (key, name, processes, tensor-parallel size)
+LAYOUTS = (
+    ("one", "1 process", 1, 1),
+    ("fsdp2", "2 processes, FSDP2", 2, 1),
+    ("tp", "2 processes, t = 2", 2, 2),
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -64,6 +69,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="cuda: one GPU per process (NCCL); needs 2 GPUs",
     )
     parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument(
+        "--layouts",
+        default="one,fsdp2,tp",
+        help="comma-separated subset of one, fsdp2, tp (the first is the baseline)",
+    )
     parser.add_argument("--worker-out", help=argparse.SUPPRESS)
     parser.add_argument("--worker-tp", type=int, default=1, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -221,11 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = _parse(argv)
     if args.worker_out:
+        from rlkit.distributed.process_exit import exit_process
+
         worker(args)
-        return 0
+        exit_process(0)  # past the interpreter teardown that can abort a finished gloo job
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, processes, tp in LAYOUTS:
+        keys = args.layouts.split(",")
+        unknown = sorted(set(keys) - {key for key, *_ in LAYOUTS})
+        if unknown:
+            raise SystemExit(f"unknown layouts {unknown} in --layouts; known: one, fsdp2, tp")
+        for _, name, processes, tp in [layout for layout in LAYOUTS if layout[0] in keys]:
             ranks = _launch(argv, processes, tp, Path(tmp) / f"{processes}_{tp}.json")
             rows.append((name, {k: max(r[k] for r in ranks) for k in ranks[0]}))
     mib = 2.0**20

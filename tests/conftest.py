@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlkit.trainer.backend import LAUNCH_VARS
+from rlkit.trainer.launch_env import LAUNCH_VARS
 
 NUM_THREADS_VAR = "RLKIT_TEST_NUM_THREADS"
 

@@ -19,6 +19,7 @@ SECTIONS = (
     "remove padding",
     "shared prefix",
     "fsdp2",
+    "tensor parallel",
     "vllm rollout",
 )
 
@@ -76,6 +77,9 @@ def test_tiny_run_prints_every_section_and_none_errors(tmp_path):
     for row in (speedup, shared):
         assert row[4].endswith(" (float32)")
         assert float(row[4].rsplit("max abs logp diff ", 1)[1].split()[0]) < 1e-4
+    split = [r for r in by_section["tensor parallel"] if r[2] == "step s"]
+    assert [r[1] for r in split] == ["1 process", "2 processes, t = 2"]
+    assert all(float(r[3]) > 0 and "MiB per process" in r[4] for r in split)
     fsdp = {r[2]: r for r in by_section["fsdp2"]}
     assert fsdp["loss finite"][3] == "yes" and "sharded=True" in fsdp["step s (after the first)"][4]
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -48,7 +47,6 @@ from accelerate.utils import (
     FullyShardedDataParallelPlugin,
     fsdp2_apply_ac,
     fsdp2_prepare_model,
-    get_int_from_env,
     set_seed,
 )
 from torch import nn
@@ -58,7 +56,6 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from rlkit.distributed.sequence_parallel import (
@@ -75,7 +72,16 @@ from rlkit.distributed.tensor_parallel import (
     process_count_problem,
 )
 from rlkit.trainer.fsdp_cpu_shim import enable_fsdp_on_cpu, has_accelerator
+from rlkit.trainer.fsdp_units import shard_layers_and_root
 from rlkit.trainer.grad_norm import clip_grad_norm
+from rlkit.trainer.launch_env import (
+    choose_sharding,
+    launched,
+    launched_world_size,
+    restore_env,
+    single_process_launch_env,
+    warn_if_single_process_launch,
+)
 
 STRATEGIES = ("auto", "fsdp2", "none")
 COMBINED_PARALLELISM = (
@@ -84,80 +90,6 @@ COMBINED_PARALLELISM = (
     "(a 3-D mesh); set one of them to 1"
 )
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
-#: Environment of a one-process torchrun launch; see `_single_process_launch_env`.
-LAUNCH_VARS = (
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-)
-
-
-def _launched() -> bool:
-    # torchrun / `accelerate launch --multi_gpu` set LOCAL_RANK; mpirun sets PMI_SIZE etc.
-    names = ("LOCAL_RANK", "WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
-    return any(name in os.environ for name in names)
-
-
-def _launched_world_size() -> int:
-    if dist.is_initialized():
-        return dist.get_world_size()
-    names = ["WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE"]
-    return get_int_from_env(names, 1)
-
-
-def _choose_sharding(strategy: str, world_size: int, launched_with_fsdp: bool) -> bool:
-    """Whether to shard with FSDP2; raises for ``"none"`` with several processes."""
-    if strategy == "none" and (world_size > 1 or launched_with_fsdp):
-        raise ValueError(
-            f"strategy='none' runs one unsharded process, but {world_size} processes were "
-            "launched (or --use_fsdp was given); use strategy='auto' or 'fsdp2', or launch "
-            "one process without --use_fsdp."
-        )
-    return strategy == "fsdp2" or (strategy == "auto" and (world_size > 1 or launched_with_fsdp))
-
-
-def _warn_if_single_process_launch() -> None:
-    # `accelerate launch --num_processes N` without --multi_gpu on a machine without GPUs
-    # starts ONE process; it still exports MASTER_ADDR (and its ACCELERATE_* settings).
-    simple_launcher = "ACCELERATE_DYNAMO_BACKEND" in os.environ and "MASTER_ADDR" in os.environ
-    if simple_launcher and not _launched():
-        warnings.warn(
-            "accelerate launch started a single process although --num_processes > 1 was "
-            "requested: without GPUs add --multi_gpu (it starts the processes with torchrun; "
-            "rlkit then runs them on CPU with gloo). See docs/distributed.md.",
-            stacklevel=3,
-        )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _single_process_launch_env() -> dict[str, str | None]:
-    """Make this process look like a one-process torchrun launch; return the previous values.
-
-    FSDP2 needs a process group even with one process. Accelerate creates one only for a
-    launched process, so the variables torchrun would set are set here; on CUDA/NPU this
-    yields accelerate's ordinary one-process FSDP state.
-    """
-    previous = {name: os.environ.get(name) for name in LAUNCH_VARS}
-    values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "RANK": "0"}
-    values |= {"LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
-    os.environ.update(values)
-    return previous
-
-
-def _restore_env(previous: dict[str, str | None]) -> None:
-    for name, value in previous.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 def _backbone_of(model: nn.Module) -> nn.Module:
@@ -250,7 +182,7 @@ class TrainingBackend:
         # group inside one torchrun job is unreliable).
         cpu = not has_accelerator()
         launched_with_fsdp = os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"
-        sharded = _choose_sharding(strategy, _launched_world_size(), launched_with_fsdp)
+        sharded = choose_sharding(strategy, launched_world_size(), launched_with_fsdp)
         if cpu_offload and (cpu or not sharded):
             raise ValueError(
                 "cpu_offload=True moves FSDP2 shards from an accelerator to host memory; it needs "
@@ -258,11 +190,11 @@ class TrainingBackend:
                 "Set cpu_offload=False (TrainerConfig.cpu_offload); on an accelerator with one "
                 "process, shard with strategy='fsdp2' (TrainerConfig.backend_strategy)."
             )
-        _warn_if_single_process_launch()
-        problem = sequence_parallel_problem(sequence_parallel_size, _launched_world_size())
+        warn_if_single_process_launch()
+        problem = sequence_parallel_problem(sequence_parallel_size, launched_world_size())
         if problem:  # before any process group or model exists
             raise SequenceParallelError(problem)
-        problem = process_count_problem(tensor_parallel_size, _launched_world_size())
+        problem = process_count_problem(tensor_parallel_size, launched_world_size())
         if problem is None and tensor_parallel_size > 1 and sequence_parallel_size > 1:
             problem = COMBINED_PARALLELISM
         if problem:
@@ -270,8 +202,8 @@ class TrainingBackend:
         self._closed = False
         self._owns_process_group = not dist.is_initialized()
         self._saved_use_fsdp = os.environ.get("ACCELERATE_USE_FSDP")
-        force_group = sharded and not _launched() and not dist.is_initialized()
-        self._saved_launch_env = _single_process_launch_env() if force_group else {}
+        force_group = sharded and not launched() and not dist.is_initialized()
+        self._saved_launch_env = single_process_launch_env() if force_group else {}
         plugin = None
         if sharded:
             plugin = FullyShardedDataParallelPlugin(
@@ -393,22 +325,13 @@ class TrainingBackend:
         plugin.transformer_cls_names_to_wrap = _layer_class_names(backbone)
         if self.activation_checkpointing:
             model = fsdp2_apply_ac(self.accelerator, model)
-        if self.accelerator.mixed_precision != "no":  # FSDP2 keeps fp32 master weights
-            for param in model.parameters():
-                if param.requires_grad and param.dtype != torch.float32:
-                    param.data = param.data.to(torch.float32)
-        options = {
-            "mesh": self.tensor_parallel.mesh["dp"],
-            "mp_policy": plugin.mixed_precision_policy or MixedPrecisionPolicy(),
-        }
-        layers = set(plugin.transformer_cls_names_to_wrap)
-        for module in list(model.modules()):
-            if type(module).__name__ in layers or (
-                type(module).__name__ == "CheckpointWrapper"
-                and type(module._checkpoint_wrapped_module).__name__ in layers
-            ):
-                fully_shard(module, reshard_after_forward=self.reshard_after_forward, **options)
-        fully_shard(model, **options)
+        shard_layers_and_root(
+            model,
+            self.tensor_parallel.mesh["dp"],
+            plugin,
+            upcast=self.accelerator.mixed_precision != "no",
+            reshard_after_forward=self.reshard_after_forward,
+        )
         if optimizer_factory is None:
             model.set_reshard_after_forward(self.reshard_after_forward, recurse=False)
             return model, None
@@ -428,11 +351,12 @@ class TrainingBackend:
 
     # ---------------------------------------------------------------- training
     def backward(self, loss: torch.Tensor) -> None:
-        """Backpropagate ``loss``; under FSDP2 gradients are then AVERAGED over processes.
+        """Backpropagate ``loss``; under FSDP2 gradients are then AVERAGED over processes
+        (over the data-parallel axis with tensor parallelism).
 
         Args:
             loss: scalar loss of this process. For global-batch semantics normalise it by the
-                global normaliser and multiply it by ``num_processes`` (module docstring).
+                global normaliser and multiply it by :attr:`gradient_scale` (module docstring).
         """
         self.accelerator.backward(loss)
 
@@ -635,8 +559,8 @@ class TrainingBackend:
     def _release(self) -> None:
         AcceleratorState._reset_state(reset_partial_state=True)
         GradientState._reset_state()
-        _restore_env(self._saved_launch_env)
-        _restore_env({"ACCELERATE_USE_FSDP": self._saved_use_fsdp})
+        restore_env(self._saved_launch_env)
+        restore_env({"ACCELERATE_USE_FSDP": self._saved_use_fsdp})
 
 
 @contextmanager

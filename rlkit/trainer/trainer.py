@@ -168,15 +168,17 @@ class RLTrainer:
             tensor_parallel_size=self.cfg.model.tensor_parallel_size,
         )
         self.rank, self.world = self.backend.process_index, self.backend.num_processes
-        dp_rank, dp_size = self.backend.data_parallel
-        if self.cfg.data.train_batch_size % dp_size:
+        # A tensor-parallel group samples as one: the same prompts and seeds on each of its
+        # processes. Otherwise every process samples its own share.
+        tp = self.backend.tensor_parallel.enabled
+        self.sampling_world = self.backend.data_parallel if tp else (self.rank, self.world)
+        samplers = self.sampling_world[1]
+        if self.cfg.data.train_batch_size % samplers:
             raise ValueError(
                 f"DataConfig.train_batch_size ({self.cfg.data.train_batch_size}) must be "
-                f"divisible by the number of data-parallel groups ({dp_size})"
+                f"divisible by the number of processes that sample prompts ({samplers}: the "
+                "processes, or the tensor-parallel groups)"
             )
-        # A tensor-parallel group samples as one: the same seeds on each of its processes.
-        tp = self.backend.tensor_parallel.enabled
-        self.sampling_world = (dp_rank, dp_size) if tp else (self.rank, self.world)
         builders.seed_everything(t.seed + self.sampling_world[0])
         self.out_dir = Path(t.output_dir)
         self.is_main = self.backend.is_main_process

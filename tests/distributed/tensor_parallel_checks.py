@@ -1,5 +1,5 @@
 """Run under ``torch.distributed.run --nproc_per_node N`` with ``argv = [out.json, t,
-family, ...]``: tensor parallelism (t processes split each layer, N / t data-parallel
+[--activation-checkpointing], family, ...]``: tensor parallelism (t processes split each layer, N / t data-parallel
 groups under FSDP2) against the unsplit model in one process.
 
 Every process holds each tiny model twice: an unsplit copy that computes the whole batch
@@ -100,7 +100,7 @@ def _compare(model_dir: Path, backend: TrainingBackend, name: str) -> dict[str, 
             grads = dict(plain_m.named_parameters())
             for pname, param in split_m.named_parameters():
                 g = _full(param.grad) if param.grad is not None else None
-                want_g = grads[pname].grad
+                want_g = grads[pname.replace("_checkpoint_wrapped_module.", "")].grad
                 if want_g is None:
                     want_g = torch.zeros(param.shape)
                 grad_diffs.append(
@@ -120,8 +120,12 @@ def _compare(model_dir: Path, backend: TrainingBackend, name: str) -> dict[str, 
 
 def main() -> None:
     out_path, tp, families = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    checkpointing = families[0] == "--activation-checkpointing"  # the backend's own
+    families = families[checkpointing:]
     torch.set_num_threads(1)
-    backend = TrainingBackend(strategy="fsdp2", seed=0, tensor_parallel_size=tp)
+    backend = TrainingBackend(
+        strategy="fsdp2", seed=0, tensor_parallel_size=tp, activation_checkpointing=checkpointing
+    )
     results = {}
     for family in families:
         results |= _compare(out_path.parent / "models" / family, backend, family)
@@ -131,4 +135,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from rlkit.distributed.process_exit import exit_process
+
     main()
+    exit_process(0)  # past the interpreter teardown that can abort a finished gloo job

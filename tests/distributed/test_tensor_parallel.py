@@ -7,13 +7,12 @@ training runs against runs without it.
   family whose plan rlkit writes itself (HunYuan dense): log-probs,
   entropy, values, loss, every gradient and the gradient norm equal the unsplit model's
   within ``2 gamma_D`` (tests/numerics.py).
-- 4 processes as 2 x 2 (FSDP2 x TP): the same, each data-parallel group on its rows.
-- ``rlkit train`` with t = 2 on 2 processes logs the metrics of the same run on one
-  process (both sample every prompt from the rank-0 seed), saves checkpoints that resume
-  at t = 1 with the same next step, and exports a model that transformers loads and
-  that generates; PPO (actor, reference and critic split) with t = 2 on 4 processes logs
-  the metrics of 2 processes without tensor parallelism (both sample with one seed per
-  data-parallel group).
+- 4 processes as 2 x 2 (FSDP2 x TP), with activation checkpointing: the same, each
+  data-parallel group on its rows.
+- ``rlkit train`` (PPO with a KL loss: actor, reference and critic split) with t = 2 on
+  2 processes logs the metrics of the same run on one process (both sample every prompt
+  from the rank-0 seed), saves checkpoints that resume at t = 1 with the same next step,
+  and exports a model that transformers loads and that generates.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from rlkit.models.tiny import build_tiny_qwen2, train_byte_tokenizer
 from rlkit.models.tiny_families import build_tiny_family
-from tests.distributed.launch import accelerate_launch, free_port, launch_env
+from tests.distributed.launch import free_port, launch_env
 from tests.distributed.test_trainer_two_processes import train_two_processes
 from tests.gin_files import LENGTH_REWARD_RUN, arithmetic_gin
 
@@ -85,12 +84,12 @@ def model_root(tmp_path_factory) -> Path:
     return root
 
 
-def _run_checks(root: Path, processes: int, families: tuple[str, ...]) -> dict:
+def _run_checks(root: Path, processes: int, families: tuple[str, ...], *extra: str) -> dict:
     out = root / f"results_{processes}.json"
     command = [
         *(sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes)),
         *("--master_port", str(free_port())),
-        *("-m", "tests.distributed.tensor_parallel_checks", str(out), "2", *families),
+        *("-m", "tests.distributed.tensor_parallel_checks", str(out), "2", *extra, *families),
     ]
     proc = subprocess.run(
         command, cwd=REPO, env=launch_env(), capture_output=True, text=True, timeout=300
@@ -111,8 +110,10 @@ def test_two_tensor_parallel_processes_compute_the_unsplit_step(model_root):
 
 
 def test_fsdp2_by_tensor_parallel_grid_of_four_computes_the_unsplit_step(model_root):
+    # With the backend's activation checkpointing: the backward recomputes split layers.
     families = ("qwen2", "qwen3_moe")
-    _assert_within(_run_checks(model_root, 4, families), families)
+    results = _run_checks(model_root, 4, families, "--activation-checkpointing")
+    _assert_within(results, families)
 
 
 # ------------------------------------------------------------------ whole runs
@@ -157,14 +158,16 @@ def _train_one_process(text: str, tmp_path: Path) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_tensor_parallel_run_logs_the_one_process_run_resumes_unsplit_and_exports(
+def test_tensor_parallel_ppo_logs_the_one_process_run_resumes_unsplit_and_exports(
     demo_model_dir, tmp_path
 ):
+    # PPO with a KL loss: the actor, its frozen reference and the critic are all split.
     split, one = tmp_path / "split", tmp_path / "one"
-    text = _gin(demo_model_dir, split, 2, **{"TrainerConfig.export_hf_at_end": True})
+    ppo = {"preset": "ppo", "AlgorithmConfig.use_kl_loss": True}
+    text = _gin(demo_model_dir, split, 2, **ppo, **{"TrainerConfig.export_hf_at_end": True})
     log = train_two_processes(text, tmp_path).stdout
     assert "ModelConfig.tensor_parallel_size: 2 processes split every layer" in log
-    _train_one_process(_gin(demo_model_dir, one, 1), tmp_path)
+    _train_one_process(_gin(demo_model_dir, one, 1, **ppo), tmp_path)
     _assert_same_metrics(_records(split), _records(one))
 
     # The step-1 checkpoint, saved split over 2 processes, resumed by one unsplit process:
@@ -174,7 +177,7 @@ def test_tensor_parallel_run_logs_the_one_process_run_resumes_unsplit_and_export
     shutil.rmtree(resumed / "checkpoints" / "global_step_2")
     (resumed / "checkpoints" / "latest").write_text("global_step_1")
     shutil.rmtree(resumed / "hf_model")
-    log = _train_one_process(_gin(demo_model_dir, resumed, 1), tmp_path)
+    log = _train_one_process(_gin(demo_model_dir, resumed, 1, **ppo), tmp_path)
     assert "ModelConfig.tensor_parallel_size: 2 -> 1" in log
     _assert_same_metrics(_records(resumed), _records(split))
 
@@ -191,25 +194,3 @@ def test_tensor_parallel_run_logs_the_one_process_run_resumes_unsplit_and_export
     prompt = tokenizer("12+7=", return_tensors="pt")
     generated = model.generate(**prompt, max_new_tokens=4, do_sample=False)
     assert generated.shape[1] > prompt["input_ids"].shape[1]
-
-
-def test_ppo_with_tensor_parallel_on_four_processes_logs_two_data_parallel_processes(
-    demo_model_dir, tmp_path
-):
-    # PPO with a KL loss: the actor, its frozen reference and the critic are all split.
-    grid, plain = tmp_path / "grid", tmp_path / "plain"
-    ppo = {"preset": "ppo", "AlgorithmConfig.use_kl_loss": True}
-    cfg = tmp_path / "grid.gin"
-    cfg.write_text(_gin(demo_model_dir, grid, 2, **ppo))
-    proc = subprocess.run(
-        [*accelerate_launch(4), "-m", "rlkit.train", str(cfg)],
-        cwd=REPO,
-        env=launch_env(),
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert "(2 data-parallel group(s), FSDP2 across them)" in proc.stdout + proc.stderr
-    train_two_processes(_gin(demo_model_dir, plain, 1, **ppo), tmp_path)
-    _assert_same_metrics(_records(grid), _records(plain))
