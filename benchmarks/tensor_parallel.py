@@ -205,11 +205,11 @@ def _gather(result: dict) -> list[dict]:
 
 
 # ---------------------------------------------------------------- the table (launcher)
-def _launch(argv: list[str], processes: int, tp: int, out: Path) -> list[dict]:
+def _launch(argv: list[str], cuda: bool, processes: int, tp: int, out: Path) -> list[dict]:
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
-    if "--device" not in argv or argv[argv.index("--device") + 1] == "cpu":
+    if not cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU layouts, also on a GPU machine
     script = [str(Path(__file__).resolve()), *argv, "--worker-out", str(out)]
     script += ["--worker-tp", str(tp)]
@@ -242,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown layouts {unknown} in --layouts; known: one, fsdp2, tp")
         for _, name, processes, tp in [layout for layout in LAYOUTS if layout[0] in keys]:
-            ranks = _launch(argv, processes, tp, Path(tmp) / f"{processes}_{tp}.json")
+            ranks = _launch(
+                argv, args.device == "cuda", processes, tp, Path(tmp) / f"{processes}_{tp}.json"
+            )
             rows.append((name, {k: max(r[k] for r in ranks) for k in ranks[0]}))
     mib = 2.0**20
     where = "CUDA, NCCL" if args.device == "cuda" else f"gloo, 1 thread per process; {cpu_name()}"
