@@ -73,6 +73,18 @@ def process_count_problem(size: int, num_processes: int) -> str | None:
     return None
 
 
+def combined_parallelism_problem(tensor_size: int, sequence_size: int) -> str | None:
+    """Why layers and sequences cannot both be split over process groups, or None."""
+    if tensor_size > 1 and sequence_size > 1:
+        return (
+            f"ModelConfig.tensor_parallel_size = {tensor_size} and "
+            f"ModelConfig.ulysses_sequence_parallel_size = {sequence_size}: rlkit splits "
+            "either layers or sequences over a process group, not both (a 3-D mesh); set "
+            "one of them to 1"
+        )
+    return None
+
+
 def build_tensor_parallel(size: int, device_type: str) -> TensorParallel:
     """Create the ``dp x tp`` mesh (every process must call this, in the same order).
 

@@ -68,6 +68,7 @@ from rlkit.distributed.tensor_parallel import (
     TensorParallel,
     TensorParallelError,
     build_tensor_parallel,
+    combined_parallelism_problem,
     parallelize_backbone,
     process_count_problem,
 )
@@ -84,11 +85,6 @@ from rlkit.trainer.launch_env import (
 )
 
 STRATEGIES = ("auto", "fsdp2", "none")
-COMBINED_PARALLELISM = (
-    "ModelConfig.tensor_parallel_size and ModelConfig.ulysses_sequence_parallel_size cannot "
-    "both exceed 1: rlkit splits either layers or sequences over a process group, not both "
-    "(a 3-D mesh); set one of them to 1"
-)
 MIXED_PRECISIONS = ("no", "bf16", "fp16")
 
 
@@ -195,8 +191,9 @@ class TrainingBackend:
         if problem:  # before any process group or model exists
             raise SequenceParallelError(problem)
         problem = process_count_problem(tensor_parallel_size, launched_world_size())
-        if problem is None and tensor_parallel_size > 1 and sequence_parallel_size > 1:
-            problem = COMBINED_PARALLELISM
+        problem = problem or combined_parallelism_problem(
+            tensor_parallel_size, sequence_parallel_size
+        )
         if problem:
             raise TensorParallelError(problem)
         self._closed = False

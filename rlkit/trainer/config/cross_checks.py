@@ -293,16 +293,16 @@ def tensor_parallel_problems(config: Any) -> list[str]:
     if not isinstance(t, int) or t <= 1:
         return []
     from rlkit.distributed.process_exit import launched_world_size
-    from rlkit.distributed.tensor_parallel import process_count_problem
+    from rlkit.distributed.tensor_parallel import (
+        combined_parallelism_problem,
+        process_count_problem,
+    )
 
     setting = f"ModelConfig.tensor_parallel_size = {t}"
     problems = []
-    if model.ulysses_sequence_parallel_size > 1:
-        problems.append(
-            f"{setting} and ModelConfig.ulysses_sequence_parallel_size = "
-            f"{model.ulysses_sequence_parallel_size}: rlkit splits either layers or sequences "
-            "over a process group, not both (a 3-D mesh); set one of them to 1"
-        )
+    combined = combined_parallelism_problem(t, model.ulysses_sequence_parallel_size)
+    if combined:
+        problems.append(combined)
     if model.lora_rank > 0:
         problems.append(
             f"{setting} splits the model's own layers, which LoRA (ModelConfig.lora_rank = "
