@@ -183,7 +183,9 @@ def build_model(
             hidden_size=hidden_size,
             num_layers=num_layers,
             intermediate_size=4 * hidden_size,
-            max_position_embeddings=64,
+            # Room for gsm8k_like's longest row (32 + 2 x 200 prompt + 128 response tokens):
+            # the trainer refuses lengths past the model's positions.
+            max_position_embeddings=1024,
             seed=seed,
         )
     )

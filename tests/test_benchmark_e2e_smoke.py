@@ -128,3 +128,16 @@ def test_linear_shapes_are_the_decoder_layers_own_linear_layers():
     layer = Qwen2ForCausalLM(config).model.layers[0]
     linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
     assert sorted((m.in_features, m.out_features) for m in linears) == sorted(shapes)
+
+
+def test_every_named_workload_passes_the_trainers_checks_on_the_model_it_builds(tmp_path):
+    # The trainer refuses prompt + response lengths past the model's positions before
+    # loading it; each named workload must fit the model build_model makes for it
+    # (gsm8k_like: 32 + 2 x 200 prompt + 128 response tokens).
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")  # puts benchmarks/ on sys.path
+    from e2e_workloads import Workload, rlkit_config
+
+    model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
+    for name in sorted(benchmark.WORKLOADS):
+        args = benchmark.parse_args(["--workload", name])
+        rlkit_config(Workload.from_args(args, model_dir=model), tmp_path / name).validate()

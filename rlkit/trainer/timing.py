@@ -6,9 +6,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
+
 
 class PhaseTimer:
-    """Accumulates seconds per phase name; ``with timer("gen"): ...``."""
+    """Accumulates seconds per phase name; ``with timer("gen"): ...``.
+
+    Each phase is also a ``torch.profiler`` range named ``phase/<name>``, so a profile of a
+    step attributes every operator to its phase (``benchmarks/profile_step.py``).
+    """
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
@@ -17,7 +23,8 @@ class PhaseTimer:
     def __call__(self, phase: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            yield
+            with torch.profiler.record_function(f"phase/{phase}"):
+                yield
         finally:
             self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
