@@ -301,6 +301,35 @@ def paired_ratios(runs: list[Run], warmup: int, key: str) -> list[float]:
     return out
 
 
+def rollout_split_table(runs: list[Run], warmup: int) -> str:
+    """Both frameworks' median seconds in the rollout (generation, rewards, advantages) and
+    in the rest of the step (log-probs, update, optimizer): rlkit's ``gen`` + ``reward`` +
+    ``adv`` phases, TRL's ``_generate_and_score_completions``."""
+
+    def split(framework: str) -> tuple[float, float] | None:
+        records = [r for run in runs if run.framework == framework for r in run.records[warmup:]]
+        if not records or "gen" not in records[0].phases_s:
+            return None
+        rollout = [sum(r.phases_s.get(p, 0.0) for p in ("gen", "reward", "adv")) for r in records]
+        rest = [r.wall_s - g for r, g in zip(records, rollout, strict=True)]
+        return statistics.median(rollout), statistics.median(rest)
+
+    sides = {fw: split(fw) for fw in FRAMEWORKS}
+    if any(v is None for v in sides.values()):
+        return ""
+    (rl_roll, rl_rest), (trl_roll, trl_rest) = sides["rlkit"], sides["trl"]
+    return "\n".join(
+        [
+            "| part of the step | rlkit median s | TRL median s | TRL / rlkit |",
+            "|---|---:|---:|---:|",
+            f"| rollout (generation, rewards) | {rl_roll:.3f} | {trl_roll:.3f} | "
+            f"{ratio(trl_roll, rl_roll):.2f} |",
+            f"| the rest (update, optimizer) | {rl_rest:.3f} | {trl_rest:.3f} | "
+            f"{ratio(trl_rest, rl_rest):.2f} |",
+        ]
+    )
+
+
 def phase_table(runs: list[Run], warmup: int) -> str:
     """rlkit's median seconds per phase (its ``timing_s/*``) and share of the median step."""
     measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
@@ -570,6 +599,9 @@ def report(args: argparse.Namespace, workload: Workload, runs: list[Run], work_d
         target = TARGET_TOKENS_PER_S_RATIO[args.workload]
         verdict = "met" if got >= target else "NOT met"
         print(f"\ntarget ({args.workload}) rlkit >= {target}x TRL tokens/s: {verdict} ({got:.2f}x)")
+    split = rollout_split_table(runs, args.warmup)
+    if split:
+        print("\n" + split)
     phases = phase_table(runs, args.warmup)
     if phases:
         print("\n" + phases)

@@ -402,8 +402,9 @@ def run_trl(w: Workload, out_dir: str | Path) -> list[StepRecord]:
                 clock.start()
 
         def on_step_end(self, args, state, control, **kwargs):
-            clock.tick(state.num_input_tokens_seen - self.seen)
+            clock.tick(state.num_input_tokens_seen - self.seen, {"gen": generation_s[0]})
             self.seen = state.num_input_tokens_seen
+            generation_s[0] = 0.0
 
     tokenizer = AutoTokenizer.from_pretrained(w.model_dir)
     trainer = GRPOTrainer(
@@ -414,6 +415,18 @@ def run_trl(w: Workload, out_dir: str | Path) -> list[StepRecord]:
         processing_class=tokenizer,
         callbacks=[StepClockCallback()],
     )
+    # TRL's rollout (generation, rewards, advantages) timed apart from the rest of its step.
+    generation_s = [0.0]
+    rollout = trainer._generate_and_score_completions
+
+    def timed_rollout(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return rollout(*args, **kwargs)
+        finally:
+            generation_s[0] += time.perf_counter() - start
+
+    trainer._generate_and_score_completions = timed_rollout
     trainer.train()
     return clock.records
 

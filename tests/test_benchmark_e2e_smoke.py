@@ -56,6 +56,11 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
         out,
     )
     assert streamed and float(streamed.group(1)) > 0, out
+    # Each framework's step split into its rollout and the rest (TRL's timed around its
+    # _generate_and_score_completions).
+    assert rows["part of the step"] == ["rlkit median s", "TRL median s", "TRL / rlkit"]
+    for part in ("rollout (generation, rewards)", "the rest (update, optimizer)"):
+        assert all(float(c) > 0 for c in rows[part]), (part, rows[part])
     header = rows["framework"]
     assert header[:4] == ["median step s", "tokens/s", "tokens/CPU-s", "peak RSS MiB"]
     for name in ("rlkit", "TRL", "rlkit / TRL"):

@@ -6,6 +6,14 @@
 :func:`attend` then runs the plain matmul-softmax-matmul, as transformers' eager
 attention does, and SDPA otherwise. Every rlkit attention path (the ``grouped_sdpa``
 kernel, attention within segments) goes through it, so none of them drops the cap.
+
+On a CPU, attention computes in float32 (:func:`cpu_attention`), also under bf16 autocast,
+which would otherwise run SDPA in bf16: SDPA's CPU backward in bf16 took 2.2x its float32
+time (``python benchmarks/profile_step.py --mixed-precision bf16`` on a 2-core AMD EPYC
+with AVX-512 BF16), and float32 scores err less. A single query per row (a decode step)
+runs as two grouped matrix products around a softmax (:func:`single_query_attention`):
+SDPA's CPU kernel spends longer setting up its blocks than computing so thin a product.
+Plain SDPA (:func:`sdpa_attention`) is the reference both are tested against.
 """
 
 from __future__ import annotations
@@ -31,20 +39,99 @@ def attend(
     (B, H, q, k), or None. ``is_causal`` (no mask) aligns the causal mask top-left, as
     SDPA does. ``softcap``: the score cap ``c`` (None: none; then this is SDPA).
     """
-    if softcap is None:
-        return torch.nn.functional.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=mask,
-            dropout_p=dropout,
-            scale=scale,
+    if softcap is not None:
+        return softcapped_attention(
+            query, key, value, mask, scale=scale, dropout=dropout, softcap=softcap,
             is_causal=is_causal,
-            enable_gqa=key.shape[1] != query.shape[1],
+        )  # fmt: skip
+    if query.device.type == "cpu":
+        return cpu_attention(
+            query, key, value, mask, scale=scale, dropout=dropout, is_causal=is_causal
         )
-    return softcapped_attention(
-        query, key, value, mask, scale=scale, dropout=dropout, softcap=softcap, is_causal=is_causal
+    return sdpa_attention(
+        query, key, value, mask, scale=scale, dropout=dropout, is_causal=is_causal
     )
+
+
+def sdpa_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """``torch.nn.functional.scaled_dot_product_attention`` on grouped heads (shapes as
+    :func:`attend`), in the inputs' dtype or autocast's: the plain version."""
+    return torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=mask,
+        dropout_p=dropout,
+        scale=scale,
+        is_causal=is_causal,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
+
+
+def cpu_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    scale: float | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """:func:`sdpa_attention` computed in float32 (at least), outside autocast; a single
+    query per row through :func:`single_query_attention`. Returns the dtype SDPA would:
+    autocast's when it is on, else the query's."""
+    autocast = torch.is_autocast_enabled("cpu")
+    out_dtype = torch.get_autocast_dtype("cpu") if autocast else query.dtype
+    compute = torch.promote_types(torch.promote_types(query.dtype, key.dtype), value.dtype)
+    compute = torch.promote_types(compute, torch.float32)
+    with torch.autocast("cpu", enabled=False):
+        query, key, value = query.to(compute), key.to(compute), value.to(compute)
+        if query.shape[-2] == 1 and not dropout and not is_causal:
+            out = single_query_attention(query, key, value, mask, scale=scale)
+        else:
+            out = sdpa_attention(
+                query, key, value, mask, scale=scale, dropout=dropout, is_causal=is_causal
+            )
+    return out.to(out_dtype)
+
+
+def single_query_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    *,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """``softmax(scale * q k^T + mask) v`` for one query per row: (B, H, 1, D) queries,
+    (B, H_kv, k, D) keys, (B, H_kv, k, D_v) values; returns (B, H, 1, D_v).
+
+    The ``H / H_kv`` queries that share a key/value head are the rows of one matrix
+    product against that head's keys (query head ``h`` reads key head ``h // (H / H_kv)``,
+    as SDPA's ``enable_gqa`` does). ``mask``: boolean (``True`` = attend) or additive,
+    broadcastable to (B, H, 1, k)."""
+    rows, heads, _, dim = query.shape
+    kv_heads, keys = key.shape[1], key.shape[-2]
+    scale = dim**-0.5 if scale is None else scale
+    grouped = query.reshape(rows, kv_heads, heads // kv_heads, dim)
+    scores = torch.matmul(grouped, key.mT).mul_(scale).reshape(rows, heads, 1, keys)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    probs = torch.softmax(scores, dim=-1).reshape(rows, kv_heads, heads // kv_heads, keys)
+    return torch.matmul(probs, value).reshape(rows, heads, 1, value.shape[-1])
 
 
 def softcapped_attention(
