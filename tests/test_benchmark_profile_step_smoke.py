@@ -3,17 +3,13 @@ assertions): every phase's operators are charged to it and sorted into categorie
 
 from __future__ import annotations
 
-from tests.benchmark_scripts import load_benchmark
+from tests.benchmark_scripts import load_benchmark, tiniest_workload_argv
 
 
 def test_the_profile_table_charges_each_phases_operators_to_categories(tmp_path, capsys):
     benchmark = load_benchmark("profile_step.py")
-    model = load_benchmark("e2e_grpo_vs_trl.py").build_model(
-        tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0
-    )
-    argv = ["--warm-steps", "1", "--profiled-steps", "1", "--prompts-per-step", "2"]
-    argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
-    assert benchmark.main(argv + ["--num-prompts", "4", "--model-dir", model]) == 0
+    argv = ["--warm-steps", "1", "--profiled-steps", "1"] + tiniest_workload_argv(tmp_path)
+    assert benchmark.main(argv) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("| phase |"))
     cells = [c.strip() for c in header.strip("|").split("|")]

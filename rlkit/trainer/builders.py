@@ -200,10 +200,19 @@ def scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def configure_host_memory(keep_freed: bool, platform: Any) -> str | None:
+def configure_host_memory(
+    keep_freed: bool, platform: Any, mixed_precision: str = "no"
+) -> str | None:
     """Apply ``TrainerConfig.keep_freed_host_memory`` where tensors live in host memory;
-    returns why it could not be applied, if it could not."""
-    if not keep_freed or platform.device_type != "cpu":
+    returns why it could not be applied, if it could not. Under bf16 or fp16 compute on a
+    CPU, also cap oneDNN's cache of compiled kernels (:mod:`rlkit.device.onednn_cache`)."""
+    if platform.device_type != "cpu":
+        return None
+    if mixed_precision != "no":
+        from rlkit.device.onednn_cache import cap_onednn_primitive_cache
+
+        cap_onednn_primitive_cache()
+    if not keep_freed:
         return None
     from rlkit.device.host_allocator import keep_freed_host_memory
 
