@@ -100,3 +100,15 @@ def test_gradients_through_cpu_attention_under_autocast_are_the_float32_ones():
         # The incoming gradient reaches the float32 computation through the bf16 output,
         # rounded once to bf16; the backward itself is float32's.
         assert (g - w).abs().max().item() <= BF16_ROUNDING * w.abs().max().item()
+
+
+def test_an_additive_bf16_mask_is_taken_under_autocast():
+    # A float mask in the autocast dtype (as a model may build one) against float32 compute.
+    torch.manual_seed(3)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    visible = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    additive = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = cpu_attention(q, k, v, additive.to(torch.bfloat16))
+    want = sdpa_attention(q, k, v, visible)
+    assert (got.float() - want).abs().max().item() <= BF16_ROUNDING * want.abs().max().item()

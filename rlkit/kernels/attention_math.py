@@ -96,6 +96,8 @@ def cpu_attention(
     compute = torch.promote_types(compute, torch.float32)
     with torch.autocast("cpu", enabled=False):
         query, key, value = query.to(compute), key.to(compute), value.to(compute)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(compute)  # SDPA takes an additive mask in the query's dtype only
         if query.shape[-2] == 1 and not dropout and not is_causal:
             out = single_query_attention(query, key, value, mask, scale=scale)
         else:
