@@ -13,11 +13,22 @@ import pytest
 def start_run(command: list[str], stderr_path: Path, **popen: object) -> subprocess.Popen:
     """Start ``python -X faulthandler command...`` with its stderr written to
     ``stderr_path``: a file, not a pipe, so a run that writes more than a pipe holds (64
-    KiB) while the test waits for it never blocks on the write."""
+    KiB) while the test waits for it never blocks on the write. Ctrl-C is the default
+    action in the child, whatever this process inherited."""
     with open(stderr_path, "w") as err:
         return subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", *command], stderr=err, text=True, **popen
+            [sys.executable, "-X", "faulthandler", *command],
+            stderr=err,
+            text=True,
+            preexec_fn=_default_ctrl_c,
+            **popen,
         )
+
+
+def _default_ctrl_c() -> None:  # runs in the child between fork and exec
+    # A test suite started in the background of a script inherits Ctrl-C ignored, and an
+    # ignored SIGINT stays ignored in rlkit (as `nohup` asks): the child must take it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ctrl_c(proc: subprocess.Popen, stderr_path: Path, timeout_s: float) -> str:
