@@ -53,7 +53,14 @@ sys.path.insert(0, str(_HERE.parent))
 if str(_HERE) not in sys.path:
     sys.path.append(str(_HERE))
 
-from e2e_workloads import FRAMEWORKS, RUNNERS, StepRecord, Workload, build_model  # noqa: E402
+from e2e_workloads import (  # noqa: E402
+    FRAMEWORKS,
+    RUNNERS,
+    StepRecord,
+    Workload,
+    build_model,
+    kernel_problems,
+)
 
 LABELS = {"rlkit": "rlkit", "trl": "TRL"}
 #: The tokens/s ratio rlkit / TRL each workload is meant to reach.
@@ -88,6 +95,19 @@ WORKLOADS: dict[str, dict[str, object]] = {
         "sft_steps": 0, "prompt_tokens": 200,
     },
 }  # fmt: skip
+
+
+def kernel_overrides(text: str) -> dict[str, str]:
+    """``"op=name,op=name"`` -> ``{op: name}`` (the ``--rlkit-kernels`` flag)."""
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        op, sep, name = item.partition("=")
+        if not sep or not op.strip() or not name.strip():
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not OP=NAME; e.g. rms_norm=torch_lean,swiglu=torch_lean"
+            )
+        out[op.strip()] = name.strip()
+    return out
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -143,6 +163,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="no",
         help="bf16 compute over float32 parameters, in both frameworks",
     )
+    p.add_argument(
+        "--rlkit-kernels",
+        type=kernel_overrides,
+        default={},
+        metavar="OP=NAME[,OP=NAME]",
+        help="force rlkit's kernel for these ops, e.g. rms_norm=torch_lean,swiglu=torch_lean "
+        "(rlkit doctor lists them)",
+    )
     p.add_argument("--profile", action="store_true", help="also print each worker's cProfile")
     p.add_argument("--keep-dir", default=None, help="keep worker outputs and logs here")
     # Internal: one framework's run inside a fresh process.
@@ -161,6 +189,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         unknown = set(args.frameworks.split(",")) - set(FRAMEWORKS)
         if unknown:
             p.error(f"--frameworks: unknown {sorted(unknown)}; choose from {list(FRAMEWORKS)}")
+        problems = kernel_problems(args.rlkit_kernels)
+        if problems:
+            p.error("--rlkit-kernels: " + "; ".join(problems))
     return args
 
 
@@ -272,7 +303,8 @@ def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
         f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
         f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
         f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}, prompts "
-        f"+{workload.prompt_tokens} characters, mixed precision {workload.mixed_precision!r}",
+        f"+{workload.prompt_tokens} characters, mixed precision {workload.mixed_precision!r}"
+        + (f", rlkit kernels {workload.rlkit_kernels}" if workload.rlkit_kernels else ""),
         "",
         "| framework | " + " | ".join(c[1] for c in COLUMNS) + " | steps | tokens/step |",
         "|---|" + "---:|" * (len(COLUMNS) + 2),

@@ -58,6 +58,10 @@ class Workload:
     mixed_precision: str = "no"
     """``"no"`` (float32) or ``"bf16"``: float32 parameters, bf16 compute, in both
     frameworks (rlkit's ``TrainerConfig.mixed_precision``, TRL's ``bf16``)."""
+    rlkit_kernels: dict[str, str] = field(default_factory=dict)
+    """rlkit's kernel per op where it should not choose itself, e.g.
+    ``{"rms_norm": "torch_lean"}`` (``ModelConfig.kernel_overrides``; ``rlkit doctor``
+    lists the ops and implementations). TRL runs the model's own code either way."""
 
     def __post_init__(self) -> None:
         rows = self.prompts_per_step * self.group_size
@@ -75,6 +79,7 @@ class Workload:
             problems.append(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
         if self.mixed_precision not in ("no", "bf16"):
             problems.append(f"mixed_precision must be no|bf16, got {self.mixed_precision!r}")
+        problems += [f"rlkit_kernels: {p}" for p in kernel_problems(self.rlkit_kernels)]
         if self.num_prompts < self.prompts_per_step:
             problems.append(
                 f"num_prompts ({self.num_prompts}) must be >= prompts_per_step "
@@ -99,6 +104,29 @@ class Workload:
     @classmethod
     def from_json(cls, text: str) -> Workload:
         return cls(**json.loads(text))
+
+
+def kernel_problems(kernels: dict[str, str]) -> list[str]:
+    """What is wrong with a kernel override mapping here: unknown ops, unknown
+    implementations, implementations this machine cannot run."""
+    from rlkit.kernels import KernelUnavailableError, choose
+    from rlkit.kernels.registry import KERNEL_OPS
+
+    problems = []
+    for op, name in kernels.items():
+        if op not in KERNEL_OPS:
+            problems.append(f"unknown op {op!r}; ops: {', '.join(KERNEL_OPS)}")
+        elif name not in KERNEL_OPS[op].names() and ":" not in name:
+            problems.append(
+                f"{op} has no implementation {name!r}; "
+                f"registered: {', '.join(KERNEL_OPS[op].names())}"
+            )
+        else:
+            try:
+                choose(op, override=name)
+            except (KernelUnavailableError, LookupError) as exc:
+                problems.append(str(exc))
+    return problems
 
 
 @dataclass
@@ -233,7 +261,9 @@ def rlkit_config(w: Workload, out_dir: str | Path):
     )
 
     return ExperimentConfig(
-        model=ModelConfig(path=w.model_dir, dtype="float32"),
+        model=ModelConfig(
+            path=w.model_dir, dtype="float32", kernel_overrides=dict(w.rlkit_kernels)
+        ),
         data=DataConfig(
             # The validation split is loaded by setup() but never generated from:
             # the benchmark drives step() only (val_limit keeps the load tiny).

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
 import torch
 import trl  # noqa: F401  (fails loudly when the bench extra is not installed)
 
@@ -74,16 +75,19 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
         assert 20 <= tokens_per_step <= 36, (name, tokens_per_step)
 
 
-def test_rlkit_alone_with_the_generate_decode_loop(tmp_path, capsys):
-    # The ablation switch: rlkit's engine on transformers' generate, no TRL run.
+def test_rlkit_alone_with_the_generate_decode_loop_and_a_forced_kernel(tmp_path, capsys):
+    # The ablation switches: rlkit's engine on transformers' generate, a kernel forced, no
+    # TRL run.
     benchmark = load_benchmark("e2e_grpo_vs_trl.py")
     model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
     argv = ["--rounds", "1", "--steps", "2", "--warmup", "1", "--prompts-per-step", "2"]
     argv += ["--group-size", "2", "--max-completion-length", "3", "--micro-batch-size", "2"]
     argv += ["--num-prompts", "4", "--model-dir", model, "--frameworks", "rlkit"]
+    argv += ["--rlkit-kernels", "rms_norm=torch_lean"]
     assert benchmark.main(argv + ["--rlkit-decode-loop", "generate"]) == 0
     out = capsys.readouterr().out
     assert "rlkit decode loop 'generate'" in out
+    assert "rlkit kernels {'rms_norm': 'torch_lean'}" in out
     rows = table_rows(out)
     assert "TRL" not in rows and "rlkit / TRL" not in rows
     values = [float(c.replace(",", "")) for c in rows["rlkit"][:4]]
@@ -146,3 +150,36 @@ def test_every_named_workload_passes_the_trainers_checks_on_the_model_it_builds(
     for name in sorted(benchmark.WORKLOADS):
         args = benchmark.parse_args(["--workload", name])
         rlkit_config(Workload.from_args(args, model_dir=model), tmp_path / name).validate()
+
+
+def test_rlkit_kernels_flag_reaches_the_trainers_config_and_survives_the_worker_file(tmp_path):
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
+    from e2e_workloads import Workload, rlkit_config
+
+    args = benchmark.parse_args(["--rlkit-kernels", "rms_norm=torch_lean, swiglu=torch_lean"])
+    assert args.rlkit_kernels == {"rms_norm": "torch_lean", "swiglu": "torch_lean"}
+    model = benchmark.build_model(tmp_path / "model", hidden_size=16, num_layers=1, sft_steps=0)
+    workload = Workload.from_args(args, model_dir=model)
+    # The worker process reads the workload back from JSON.
+    assert Workload.from_json(workload.to_json()).rlkit_kernels == args.rlkit_kernels
+    config = rlkit_config(workload, tmp_path / "run")
+    config.validate()
+    assert config.model.kernel_overrides == {"rms_norm": "torch_lean", "swiglu": "torch_lean"}
+    assert benchmark.parse_args([]).rlkit_kernels == {}
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("rms_norm", "'rms_norm' is not OP=NAME"),
+        ("norm=hf", "unknown op 'norm'; ops: rms_norm, rotary, swiglu"),
+        ("rms_norm=fast", "rms_norm has no implementation 'fast'; registered: hf"),
+        ("rms_norm=liger", "cannot run on platform 'cpu'"),
+    ],
+)
+def test_rlkit_kernels_flag_refuses_what_cannot_run_before_any_work(flag, message, capsys):
+    benchmark = load_benchmark("e2e_grpo_vs_trl.py")
+    with pytest.raises(SystemExit) as exit_info:
+        benchmark.parse_args(["--rlkit-kernels", flag])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
