@@ -172,8 +172,8 @@ def test_rlkit_kernels_flag_reaches_the_trainers_config_and_survives_the_worker_
     ("flag", "message"),
     [
         ("rms_norm", "'rms_norm' is not OP=NAME"),
-        ("norm=hf", "unknown op 'norm'; ops: rms_norm, rotary, swiglu"),
-        ("rms_norm=fast", "rms_norm has no implementation 'fast'; registered: hf"),
+        ("norm=hf", "unknown kernel op 'norm'; ops: rms_norm, rotary, swiglu"),
+        ("rms_norm=fast", "unknown rms_norm kernel 'fast'. Known: hf, liger"),
         ("rms_norm=liger", "cannot run on platform 'cpu'"),
     ],
 )
