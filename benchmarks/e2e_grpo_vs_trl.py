@@ -20,7 +20,8 @@ dropped; the rest are pooled per framework into:
 - tokens/CPU-s: the same tokens over the worker's CPU time (less sensitive to
   other jobs on the machine than wall time);
 - peak RSS MiB: the largest maximum resident set of any of the framework's
-  worker processes (``wait4``).
+  worker processes (``wait4``); each run's peak after each step is listed below the
+  table.
 
 Prints a Markdown table with both rows and the ratio rlkit / TRL per metric,
 the per-round paired tokens/s ratios, and rlkit's per-phase breakdown
@@ -362,6 +363,17 @@ def rollout_split_table(runs: list[Run], warmup: int) -> str:
     )
 
 
+def rss_by_step(runs: list[Run]) -> str:
+    """Each run's peak resident set after each of its steps (warm-up included), in MiB: a
+    run whose peak keeps rising piles memory up (caches, fragmentation) and would end
+    higher the longer it trained."""
+    lines = []
+    for run in sorted(runs, key=lambda run: (run.framework, run.round)):
+        steps = ", ".join(f"{r.peak_rss_mib:,.0f}" for r in run.records)
+        lines.append(f"{LABELS[run.framework]} round {run.round + 1}: {steps}")
+    return "\n".join(["peak RSS MiB after each step:", *lines])
+
+
 def phase_table(runs: list[Run], warmup: int) -> str:
     """rlkit's median seconds per phase (its ``timing_s/*``) and share of the median step."""
     measured = [r for run in runs if run.framework == "rlkit" for r in run.records[warmup:]]
@@ -631,6 +643,7 @@ def report(args: argparse.Namespace, workload: Workload, runs: list[Run], work_d
         target = TARGET_TOKENS_PER_S_RATIO[args.workload]
         verdict = "met" if got >= target else "NOT met"
         print(f"\ntarget ({args.workload}) rlkit >= {target}x TRL tokens/s: {verdict} ({got:.2f}x)")
+    print("\n" + rss_by_step(runs))
     split = rollout_split_table(runs, args.warmup)
     if split:
         print("\n" + split)

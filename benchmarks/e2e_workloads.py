@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import resource
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -135,6 +136,9 @@ class StepRecord:
     lengths: dict[str, float] = field(default_factory=dict)
     """The step's batch where the trainer reports it: ``rows``, ``prompt_mean`` and
     ``response_mean`` tokens (rlkit's ``prompt_length/mean``, ``response_length/mean``)."""
+    peak_rss_mib: float = 0.0
+    """This process's peak resident set so far (``ru_maxrss``) when the step ended: how it
+    grows from step to step shows memory a run keeps piling up."""
 
 
 class StepClock:
@@ -156,9 +160,15 @@ class StepClock:
         if self._wall is None:
             raise RuntimeError("StepClock.tick before start(): the first step has no start time")
         wall, cpu = time.perf_counter(), time.process_time()
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         self.records.append(
             StepRecord(
-                wall - self._wall, cpu - self._cpu, int(tokens), dict(phases_s or {}), lengths or {}
+                wall - self._wall,
+                cpu - self._cpu,
+                int(tokens),
+                dict(phases_s or {}),
+                lengths or {},
+                peak_mib,
             )
         )
         self._wall, self._cpu = wall, cpu

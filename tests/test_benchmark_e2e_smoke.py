@@ -73,6 +73,13 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
         # 4 completions of 1..3 generated tokens after prompts "a+b=" of 4..6 byte tokens:
         # between 4 x (4 + 1) = 20 and 4 x (6 + 3) = 36 tokens per step.
         assert 20 <= tokens_per_step <= 36, (name, tokens_per_step)
+    # Each worker's peak RSS after each of its 2 steps: a high-water mark, so it never
+    # falls, and the table's peak (from wait4 after the worker exits) is at least the last.
+    for name in ("rlkit", "TRL"):
+        line = re.search(rf"^{name} round 1: ([0-9,]+), ([0-9,]+)$", out, re.MULTILINE)
+        assert line, out
+        first, last = (float(g.replace(",", "")) for g in line.groups())
+        assert 0 < first <= last <= float(rows[name][3].replace(",", "")) + 1, (name, line)
 
 
 def test_rlkit_alone_with_the_generate_decode_loop_and_a_forced_kernel(tmp_path, capsys):

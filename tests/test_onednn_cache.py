@@ -1,40 +1,100 @@
-"""Under bf16 compute on a CPU the trainer caps oneDNN's primitive cache, unless the user set
-its size; float32 runs and other devices leave the environment alone."""
+"""Under bf16 compute on a CPU the trainer caps the caches of compiled bf16 kernels (oneDNN's
+primitive cache and ideep's computation cache), unless the user set their size; float32 runs
+and other devices leave the environment alone."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from rlkit.device.onednn_cache import CAPACITY, CAPACITY_VARIABLE, cap_onednn_primitive_cache
+from rlkit.device.onednn_cache import CAPACITY, CAPACITY_VARIABLES, cap_onednn_kernel_caches
 from rlkit.trainer.builders import configure_host_memory
 
 CPU = SimpleNamespace(device_type="cpu")
 CUDA = SimpleNamespace(device_type="cuda")
+PRIMITIVES, COMPUTATIONS = CAPACITY_VARIABLES
 
 
-def test_the_cap_is_set_when_the_environment_has_none(monkeypatch):
-    monkeypatch.delenv(CAPACITY_VARIABLE, raising=False)
-    assert cap_onednn_primitive_cache() == str(CAPACITY) == "64"
-    assert os.environ[CAPACITY_VARIABLE] == "64"
+@pytest.fixture
+def no_caps(monkeypatch):
+    for name in CAPACITY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
 
 
-def test_a_users_own_capacity_is_kept(monkeypatch):
-    monkeypatch.setenv(CAPACITY_VARIABLE, "512")
-    assert cap_onednn_primitive_cache() == "512"
-    assert os.environ[CAPACITY_VARIABLE] == "512"
+def test_both_caps_are_set_when_the_environment_has_none(no_caps):
+    assert CAPACITY_VARIABLES == ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+    assert cap_onednn_kernel_caches() == {PRIMITIVES: "64", COMPUTATIONS: "64"}
+    assert os.environ[PRIMITIVES] == os.environ[COMPUTATIONS] == str(CAPACITY) == "64"
+
+
+def test_a_users_own_capacity_is_kept_and_the_other_cache_still_capped(no_caps, monkeypatch):
+    monkeypatch.setenv(COMPUTATIONS, "512")
+    assert cap_onednn_kernel_caches() == {PRIMITIVES: "64", COMPUTATIONS: "512"}
+    assert os.environ[COMPUTATIONS] == "512"
 
 
 @pytest.mark.parametrize(
     ("platform", "precision", "capped"),
     [(CPU, "bf16", True), (CPU, "fp16", True), (CPU, "no", False), (CUDA, "bf16", False)],
 )
-def test_the_trainer_caps_it_for_low_precision_compute_on_a_cpu_only(
-    monkeypatch, platform, precision, capped
+def test_the_trainer_caps_them_for_low_precision_compute_on_a_cpu_only(
+    no_caps, platform, precision, capped
 ):
-    monkeypatch.delenv(CAPACITY_VARIABLE, raising=False)
     # keep_freed=False: malloc's settings are another test's concern.
     assert configure_host_memory(False, platform, precision) is None
-    assert (os.environ.get(CAPACITY_VARIABLE) == "64") is capped
+    for name in CAPACITY_VARIABLES:
+        assert (os.environ.get(name) == "64") is capped, name
+
+
+# A child process runs bf16 products of one layer's weight (512 -> 1376) at DISTINCT token
+# counts, each a new shape, and prints how many bytes malloc holds in use afterwards beyond
+# before (glibc's mallinfo2). The caps are in the environment before torch loads, as the
+# trainer sets them before it loads the model.
+CHILD = """
+import ctypes, sys
+import torch
+from rlkit.device.onednn_cache import cap_onednn_kernel_caches
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+torch.set_num_threads(1)
+weight = torch.randn(1376, 512, dtype=torch.bfloat16)
+torch.nn.functional.linear(torch.randn(8, 512, dtype=torch.bfloat16), weight)
+before = libc.mallinfo2().uordblks
+for rows in range(100, 100 + {distinct}):
+    torch.nn.functional.linear(torch.randn(rows, 512, dtype=torch.bfloat16), weight)
+print(libc.mallinfo2().uordblks - before)
+"""
+
+
+def bytes_kept_after_new_shapes(capacity: int, distinct: int = 120) -> int:
+    env = {k: v for k, v in os.environ.items() if k not in CAPACITY_VARIABLES}
+    env |= dict.fromkeys(CAPACITY_VARIABLES, str(capacity))
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD.format(distinct=distinct)],
+        env=env, capture_output=True, text=True, timeout=300, check=True,
+    )  # fmt: skip
+    return int(done.stdout.split()[-1])
+
+
+def test_the_caps_bound_the_memory_new_bf16_shapes_leave_behind():
+    capped, default = bytes_kept_after_new_shapes(8), bytes_kept_after_new_shapes(1024)
+    MiB = 2**20
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        # Measured about 0.55 MiB per shape with both caches at 1,024 entries: 120 new
+        # shapes keep ~66 MiB; capped at 8 entries each, only the last 8 shapes' entries.
+        assert default > 20 * MiB, default
+        assert capped < default / 4, (capped, default)
+    else:
+        # Without native bf16 products PyTorch does not route them through oneDNN: neither
+        # run keeps more than a few MiB of anything per shape.
+        assert max(capped, default) < 10 * MiB, (capped, default)

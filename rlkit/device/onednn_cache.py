@@ -1,31 +1,41 @@
-"""A cap on oneDNN's cache of compiled CPU kernels, for bf16 compute on a CPU.
+"""Caps on the caches of compiled CPU kernels that bf16 matrix products fill, one entry per shape.
 
-PyTorch runs bf16 matrix products on a CPU through oneDNN, which compiles a primitive (a
-kernel specialised to one shape) the first time it meets a shape and keeps up to 1,024 of
-them (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``). The update's micro-batches bring a new token
-count almost every time (prompt groups packed together, rows trimmed to their longest), so
-each step adds primitives for every layer shape at that count, and the cache never
-evicts: under bf16 rlkit's peak resident set measured 1.16x TRL's on the same GRPO run,
-1.08x with the cache held to 64 primitives at the same speed
-(``python benchmarks/e2e_grpo_vs_trl.py --mixed-precision bf16``, docs/performance.md).
-:func:`cap_onednn_primitive_cache` sets that cap unless the environment already sets one.
+PyTorch runs bf16 matrix products on a CPU through oneDNN. The first time it meets a shape,
+two caches each keep an entry for it:
 
-oneDNN reads the variable once, when it builds its cache for the first product; the
-trainer sets it before loading the model, which is too late only for a process that
-already ran bf16 products (a notebook that ran some before building the trainer).
+- oneDNN's primitive cache (a kernel specialised to the shape), up to 1,024 entries
+  (``ONEDNN_PRIMITIVE_CACHE_CAPACITY``);
+- the computation cache of ideep, PyTorch's layer over oneDNN, up to 1,024 entries as well
+  (``LRU_CACHE_CAPACITY``), about a quarter of a MiB each for a 512 x 1376 layer.
+
+The update's micro-batches bring a new token count almost every time (prompt groups packed
+together, rows trimmed to their longest), so each step adds entries for every layer shape at
+that count, and neither cache evicts until it holds 1,024. Under bf16 on the ``realistic``
+GRPO workload rlkit's peak resident set rose from 1,421 to 1,943 MiB over 12 steps with
+the primitive cache alone capped; with both held to 64 entries it levels off after the
+second step, 1.07x TRL's peak, at the same speed
+(``python benchmarks/e2e_grpo_vs_trl.py --workload realistic --mixed-precision bf16``,
+docs/performance.md). Float32 products go through MKL and fill neither cache.
+:func:`cap_onednn_kernel_caches` sets both caps, each unless the environment already sets
+it.
+
+Each cache reads its variable once, when it is first used; the trainer sets them before
+loading the model, which is too late only for a process that already ran bf16 products (a
+notebook that ran some before building the trainer).
 """
 
 from __future__ import annotations
 
 import os
 
-CAPACITY_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
-"""The environment variable oneDNN takes its primitive cache's capacity from."""
+CAPACITY_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+"""The environment variables oneDNN's primitive cache and ideep's computation cache take
+their capacities from."""
 CAPACITY = 64
-"""The cap rlkit sets: room for every layer shape of a few micro-batch token counts."""
+"""The cap rlkit sets on each: room for every layer shape of a few micro-batch token counts."""
 
 
-def cap_onednn_primitive_cache(capacity: int = CAPACITY) -> str:
-    """Cap oneDNN's primitive cache at ``capacity`` entries unless the environment sets
-    :data:`CAPACITY_VARIABLE`; returns the capacity in force (the user's, if set)."""
-    return os.environ.setdefault(CAPACITY_VARIABLE, str(capacity))
+def cap_onednn_kernel_caches(capacity: int = CAPACITY) -> dict[str, str]:
+    """Cap both caches at ``capacity`` entries, each unless the environment sets its
+    variable; returns each variable's value in force (the user's, where set)."""
+    return {name: os.environ.setdefault(name, str(capacity)) for name in CAPACITY_VARIABLES}

@@ -205,13 +205,13 @@ def configure_host_memory(
 ) -> str | None:
     """Apply ``TrainerConfig.keep_freed_host_memory`` where tensors live in host memory;
     returns why it could not be applied, if it could not. Under bf16 or fp16 compute on a
-    CPU, also cap oneDNN's cache of compiled kernels (:mod:`rlkit.device.onednn_cache`)."""
+    CPU, also cap the caches of compiled bf16 kernels (:mod:`rlkit.device.onednn_cache`)."""
     if platform.device_type != "cpu":
         return None
     if mixed_precision != "no":
-        from rlkit.device.onednn_cache import cap_onednn_primitive_cache
+        from rlkit.device.onednn_cache import cap_onednn_kernel_caches
 
-        cap_onednn_primitive_cache()
+        cap_onednn_kernel_caches()
     if not keep_freed:
         return None
     from rlkit.device.host_allocator import keep_freed_host_memory
