@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from rlkit.device.onednn_cache import CAPACITY, CAPACITY_VARIABLES, cap_onednn_kernel_caches
-from rlkit.trainer.builders import configure_host_memory
+from rlkit.trainer.builders import computes_in_low_precision, configure_host_memory
+from rlkit.trainer.config import ExperimentConfig, ModelConfig, RewardModelConfig, TrainerConfig
 
 CPU = SimpleNamespace(device_type="cpu")
 CUDA = SimpleNamespace(device_type="cuda")
@@ -39,16 +40,43 @@ def test_a_users_own_capacity_is_kept_and_the_other_cache_still_capped(no_caps, 
 
 
 @pytest.mark.parametrize(
-    ("platform", "precision", "capped"),
-    [(CPU, "bf16", True), (CPU, "fp16", True), (CPU, "no", False), (CUDA, "bf16", False)],
+    ("platform", "low_precision", "capped"),
+    [(CPU, True, True), (CPU, False, False), (CUDA, True, False)],
 )
 def test_the_trainer_caps_them_for_low_precision_compute_on_a_cpu_only(
-    no_caps, platform, precision, capped
+    no_caps, platform, low_precision, capped
 ):
     # keep_freed=False: malloc's settings are another test's concern.
-    assert configure_host_memory(False, platform, precision) is None
+    assert configure_host_memory(False, platform, low_precision) is None
     for name in CAPACITY_VARIABLES:
         assert (os.environ.get(name) == "64") is capped, name
+
+
+@pytest.mark.parametrize(
+    ("mixed_precision", "policy_dtype", "reward_model", "low"),
+    [
+        ("no", "float32", None, False),
+        ("bf16", "float32", None, True),
+        ("fp16", "float32", None, True),
+        ("no", "bfloat16", None, True),
+        ("no", "float16", None, True),
+        ("no", "float32", "bfloat16", True),
+        ("no", "float32", "float32", False),
+    ],
+)
+def test_low_precision_means_mixed_precision_or_any_model_loaded_in_bf16_or_fp16(
+    mixed_precision, policy_dtype, reward_model, low
+):
+    # A reward model's dtype counts only when there is one (its path set); the default
+    # float32 policy under mixed_precision="no" is the one float32-only experiment.
+    config = ExperimentConfig(
+        model=ModelConfig(dtype=policy_dtype),
+        trainer=TrainerConfig(mixed_precision=mixed_precision),
+        reward_model=RewardModelConfig(
+            path="rm" if reward_model else "", dtype=reward_model or "float32"
+        ),
+    )
+    assert computes_in_low_precision(config) is low
 
 
 # A child process runs bf16 products of one layer's weight (512 -> 1376) at DISTINCT token

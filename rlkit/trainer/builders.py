@@ -200,15 +200,23 @@ def scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def computes_in_low_precision(cfg: Any) -> bool:
+    """Whether any model of experiment ``cfg`` runs bf16 or fp16 products: mixed precision,
+    or a policy or reward model loaded in that dtype."""
+    dtypes = [cfg.model.dtype] + ([cfg.reward_model.dtype] if cfg.reward_model.path else [])
+    return cfg.trainer.mixed_precision != "no" or any(d != "float32" for d in dtypes)
+
+
 def configure_host_memory(
-    keep_freed: bool, platform: Any, mixed_precision: str = "no"
+    keep_freed: bool, platform: Any, low_precision: bool = False
 ) -> str | None:
     """Apply ``TrainerConfig.keep_freed_host_memory`` where tensors live in host memory;
-    returns why it could not be applied, if it could not. Under bf16 or fp16 compute on a
-    CPU, also cap the caches of compiled bf16 kernels (:mod:`rlkit.device.onednn_cache`)."""
+    returns why it could not be applied, if it could not. With bf16 or fp16 products on a
+    CPU (``low_precision``, :func:`computes_in_low_precision`), also cap the caches of
+    compiled low-precision kernels (:mod:`rlkit.device.onednn_cache`)."""
     if platform.device_type != "cpu":
         return None
-    if mixed_precision != "no":
+    if low_precision:
         from rlkit.device.onednn_cache import cap_onednn_kernel_caches
 
         cap_onednn_kernel_caches()

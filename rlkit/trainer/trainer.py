@@ -157,7 +157,7 @@ class RLTrainer:
             device.set_platform(t.platform)
         self.platform = device.current()
         self.host_memory_note = builders.configure_host_memory(
-            t.keep_freed_host_memory, self.platform, t.mixed_precision
+            t.keep_freed_host_memory, self.platform, builders.computes_in_low_precision(self.cfg)
         )
         self.backend = TrainingBackend(
             strategy=t.backend_strategy,
