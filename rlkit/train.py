@@ -150,6 +150,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
     from rewards.by_data_source import UnknownDataSourceError
     from rewards.generative_judge import JudgeError
     from rlkit.data.prompt_dataset import PromptDataError
+    from rlkit.device.onednn_cache import KernelCacheSettingError
     from rlkit.distributed.sequence_parallel import SequenceParallelError
     from rlkit.distributed.tensor_parallel import TensorParallelError
     from rlkit.models.tensor_parallel_plans import TensorParallelPlanError
@@ -183,6 +184,7 @@ def user_error_types() -> tuple[type[BaseException], ...]:
         DataContractError,  # a role that did not store what it declared it provides
         WeightMismatchError,  # a weight sync that did not reach a server
         ProbeMismatchError,  # a server computing other log-probs after a sync
+        KernelCacheSettingError,  # a kernel cache's capacity in the environment it cannot take
     )
 
 

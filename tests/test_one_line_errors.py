@@ -238,3 +238,16 @@ def test_data_files_written_as_a_hydra_list_string_are_read_as_that_list(
     )
     with pytest.raises(FileNotFoundError, match="data file nope.jsonl does not exist"):
         check_data_files(missing.data)
+
+
+def test_a_kernel_cache_capacity_that_would_crash_bf16_stops_before_the_model_loads(
+    tmp_path, tiny_model_dir, monkeypatch, capsys
+):
+    # ideep's cache at 0 entries makes the first bf16 product a segmentation fault.
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "0")
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")  # restored after the test
+    bf16 = RUN | {"TrainerConfig.mixed_precision": "bf16"}
+    config = _config(tmp_path, tiny_model_dir, bf16)
+    assert train_main([config]) == 2
+    err = capsys.readouterr().err
+    assert "LRU_CACHE_CAPACITY='0' in the environment" in err and "Traceback" not in err

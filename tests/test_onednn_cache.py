@@ -12,7 +12,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rlkit.device.onednn_cache import CAPACITY, CAPACITY_VARIABLES, cap_onednn_kernel_caches
+from rlkit.device.onednn_cache import (
+    CAPACITY,
+    CAPACITY_VARIABLES,
+    KernelCacheSettingError,
+    cap_onednn_kernel_caches,
+)
 from rlkit.trainer.builders import computes_in_low_precision, configure_host_memory
 from rlkit.trainer.config import ExperimentConfig, ModelConfig, RewardModelConfig, TrainerConfig
 
@@ -23,8 +28,11 @@ PRIMITIVES, COMPUTATIONS = CAPACITY_VARIABLES
 
 @pytest.fixture
 def no_caps(monkeypatch):
+    """Neither variable set; whatever the test sets is undone after it (setenv first, so
+    that monkeypatch records the variable even where the environment had none)."""
     for name in CAPACITY_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv(name, "64")
+        monkeypatch.delenv(name)
 
 
 def test_both_caps_are_set_when_the_environment_has_none(no_caps):
@@ -126,3 +134,32 @@ def test_the_caps_bound_the_memory_new_bf16_shapes_leave_behind():
         # Without native bf16 products PyTorch does not route them through oneDNN: neither
         # run keeps more than a few MiB of anything per shape.
         assert max(capped, default) < 10 * MiB, (capped, default)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LRU_CACHE_CAPACITY", "0"),
+        ("LRU_CACHE_CAPACITY", "lots"),
+        ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "-1"),
+    ],
+)
+def test_a_capacity_the_caches_cannot_take_is_refused_with_its_name_and_the_fix(
+    no_caps, monkeypatch, name, value
+):
+    # ideep's cache at 0 crashes the process at the first bf16 product: refused before.
+    monkeypatch.setenv(name, value)
+    with pytest.raises(
+        KernelCacheSettingError, match=rf"{name}='{value}' in the environment: .* unset it"
+    ):
+        configure_host_memory(False, CPU, True)
+
+
+def test_a_capacity_below_one_is_refused():
+    with pytest.raises(ValueError, match="capacity must be at least 1, got 0"):
+        cap_onednn_kernel_caches(0)
+
+
+def test_zero_turns_onednns_own_cache_off_and_is_accepted(no_caps, monkeypatch):
+    monkeypatch.setenv(PRIMITIVES, "0")
+    assert cap_onednn_kernel_caches() == {PRIMITIVES: "0", COMPUTATIONS: "64"}

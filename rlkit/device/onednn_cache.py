@@ -35,7 +35,32 @@ CAPACITY = 64
 """The cap rlkit sets on each: room for every layer shape of a few micro-batch token counts."""
 
 
+class KernelCacheSettingError(ValueError):
+    """A cache capacity in the environment that the cache cannot take."""
+
+
+SMALLEST = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 0, "LRU_CACHE_CAPACITY": 1}
+"""The smallest capacity each cache takes: 0 turns oneDNN's off, while ideep's at 0 makes
+the first bf16 product crash the process (a segmentation fault)."""
+
+
 def cap_onednn_kernel_caches(capacity: int = CAPACITY) -> dict[str, str]:
     """Cap both caches at ``capacity`` entries, each unless the environment sets its
-    variable; returns each variable's value in force (the user's, where set)."""
-    return {name: os.environ.setdefault(name, str(capacity)) for name in CAPACITY_VARIABLES}
+    variable; returns each variable's value in force (the user's, where set).
+
+    Raises:
+        ValueError: ``capacity`` below 1.
+        KernelCacheSettingError: a variable the environment sets to anything but a whole
+            number of at least :data:`SMALLEST` (raised before any product runs).
+    """
+    if capacity < 1:
+        raise ValueError(f"capacity must be at least 1, got {capacity}")
+    in_force = {name: os.environ.setdefault(name, str(capacity)) for name in CAPACITY_VARIABLES}
+    for name, value in in_force.items():
+        if not value.strip().isdigit() or int(value) < SMALLEST[name]:
+            raise KernelCacheSettingError(
+                f"{name}={value!r} in the environment: it must be a whole number of at "
+                f"least {SMALLEST[name]} (the kernel cache's capacity in entries); set it "
+                f"so, or unset it and rlkit caps the cache at {capacity}"
+            )
+    return in_force
