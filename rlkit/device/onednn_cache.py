@@ -28,20 +28,18 @@ from __future__ import annotations
 
 import os
 
-CAPACITY_VARIABLES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
-"""The environment variables oneDNN's primitive cache and ideep's computation cache take
-their capacities from."""
+SMALLEST = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 0, "LRU_CACHE_CAPACITY": 1}
+"""The environment variable each cache (oneDNN's primitives, ideep's computations) takes its
+capacity from, and the smallest capacity it takes: 0 turns oneDNN's off, while ideep's at 0
+makes the first bf16 product crash the process (a segmentation fault)."""
+CAPACITY_VARIABLES = tuple(SMALLEST)
+"""The two variables, oneDNN's first."""
 CAPACITY = 64
 """The cap rlkit sets on each: room for every layer shape of a few micro-batch token counts."""
 
 
 class KernelCacheSettingError(ValueError):
     """A cache capacity in the environment that the cache cannot take."""
-
-
-SMALLEST = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": 0, "LRU_CACHE_CAPACITY": 1}
-"""The smallest capacity each cache takes: 0 turns oneDNN's off, while ideep's at 0 makes
-the first bf16 product crash the process (a segmentation fault)."""
 
 
 def cap_onednn_kernel_caches(capacity: int = CAPACITY) -> dict[str, str]:
