@@ -145,6 +145,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default="rlkit",
         help="rlkit's HF engine decode loop ('generate' = transformers' generate, as TRL)",
     )
+    p.add_argument(
+        "--rlkit-linear-weights",
+        choices=("auto", "packed", "plain"),
+        default="auto",
+        help="rlkit's HF engine linear_weights: 'auto' (bf16 layers laid out once per "
+        "rollout for oneDNN), 'packed' (float32 ones too) or 'plain'",
+    )
     p.add_argument("--frameworks", default="rlkit,trl", help="comma-separated subset")
     p.add_argument(
         "--workload",
@@ -303,7 +310,8 @@ def markdown(summaries: dict[str, dict[str, float]], workload: Workload) -> str:
         f"GRPO on CPU: {workload.prompts_per_step} prompts x {workload.group_size} completions "
         f"per step, <= {workload.max_completion_length} new tokens, micro-batch "
         f"{workload.micro_batch_size}, 1 optimizer step per RL step, torch threads "
-        f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r}, prompts "
+        f"{workload.threads}, rlkit decode loop {workload.rlkit_decode_loop!r} on "
+        f"{workload.rlkit_linear_weights} linear weights, prompts "
         f"+{workload.prompt_tokens} characters, mixed precision {workload.mixed_precision!r}"
         + (f", rlkit kernels {workload.rlkit_kernels}" if workload.rlkit_kernels else ""),
         "",
@@ -464,7 +472,9 @@ def shape_bound(
         torch.set_num_threads(before)
 
 
-def streamed_bound(config, rows: int, threads: int, dtype: str, seconds: float = 1.0) -> float:
+def streamed_bound(
+    config, rows: int, threads: int, dtype: str, seconds: float = 1.0, packed: bool = False
+) -> float:
     """FLOP/s of one decode step's layer products as the model runs them: every layer's
     own weights, layer after layer, each used once at ``rows`` rows.
 
@@ -472,6 +482,10 @@ def streamed_bound(config, rows: int, threads: int, dtype: str, seconds: float =
     cache; a decode step reads each of its ``num_hidden_layers`` layers' weights once per
     token, so at a few rows they stream from memory. This is the bound a decode step's
     products face; everything else the step does (attention, norms, sampling) comes on top.
+
+    ``packed``: each weight laid out for oneDNN once beforehand, as rlkit's rollouts run
+    them under bf16 (and in float32 with ``linear_weights="packed"``;
+    :mod:`rlkit.kernels.packed_linear`), instead of ``F.linear`` on the plain weight.
     """
     import time
 
@@ -482,22 +496,38 @@ def streamed_bound(config, rows: int, threads: int, dtype: str, seconds: float =
     kind = torch.bfloat16 if dtype == "bf16" else torch.float32
     shapes = linear_shapes(config) * config.num_hidden_layers
     try:
-        weights = [torch.randn(n, k).to(kind) for k, n in shapes]
+        layers = [
+            torch.nn.Linear(k, n, bias=False).to(kind).requires_grad_(False) for k, n in shapes
+        ]
         inputs = {k: torch.randn(rows, k).to(kind) for k, _ in shapes}
 
         def one_step() -> None:
-            for w in weights:
-                torch.nn.functional.linear(inputs[w.shape[1]], w)
+            for layer in layers:
+                layer(inputs[layer.in_features])
 
-        one_step()  # the first pass pays one-off costs
-        done, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            one_step()
-            done += 1
+        with torch.no_grad(), _packed(layers, packed):
+            one_step()  # the first pass pays one-off costs
+            done, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                one_step()
+                done += 1
+            elapsed = time.perf_counter() - start
         flops = sum(2 * rows * k * n for k, n in shapes)
-        return flops * done / (time.perf_counter() - start)
+        return flops * done / elapsed
     finally:
         torch.set_num_threads(before)
+
+
+def _packed(layers: list, packed: bool):
+    """The layers packed for oneDNN (:func:`rlkit.kernels.packed_linear.packed_linears`),
+    or a context that leaves them plain."""
+    from contextlib import nullcontext
+
+    import torch
+
+    from rlkit.kernels.packed_linear import packed_linears
+
+    return packed_linears(torch.nn.ModuleList(layers)) if packed else nullcontext()
 
 
 def phase_flops(config, lengths: dict[str, float]) -> dict[str, float]:
@@ -576,14 +606,17 @@ def bound_table(runs: list[Run], warmup: int, workload: Workload) -> str:
     gen_seconds = statistics.median(r.phases_s.get("gen", 0.0) for r in measured)
     if gen_seconds > 0:
         rows = phase_rows["gen"]
-        streamed = streamed_bound(config, rows, threads, precision)
+        plain = streamed_bound(config, rows, threads, precision)
+        packed = streamed_bound(config, rows, threads, precision, packed=True)
+        streamed = max(plain, packed)
         gen_rate = statistics.median(phase_flops(config, r.lengths)["gen"] for r in measured)
         gen_rate /= gen_seconds
         lines.append(
             f"\nDecode products with weights streamed ({config.num_hidden_layers} layers' own "
             f"weights in order, {rows} rows, as one decode step reads them): "
-            f"{streamed / 1e9:.1f} GFLOP/s, {streamed / bound:.0%} of the matmul bound; "
-            f"gen reached {gen_rate / streamed:.0%} of it."
+            f"{plain / 1e9:.1f} GFLOP/s by F.linear, {packed / 1e9:.1f} on weights packed "
+            f"for oneDNN; the faster is {streamed / bound:.0%} of the matmul bound, and gen "
+            f"reached {gen_rate / streamed:.0%} of it."
         )
     return "\n".join(lines)
 

@@ -52,6 +52,9 @@ class Workload:
     """torch intra-op threads in each worker."""
     rlkit_decode_loop: str = "rlkit"
     """rlkit's HF engine decode loop: ``"rlkit"`` (its own) or ``"generate"`` (as TRL)."""
+    rlkit_linear_weights: str = "auto"
+    """rlkit's HF engine ``linear_weights``: ``"auto"`` (bf16 layers laid out once per
+    rollout for oneDNN, the default), ``"packed"`` (float32 ones too) or ``"plain"``."""
     prompt_tokens: int = 0
     """Lengthen every prompt by a fixed preamble of this many characters before the question
     (0: the bare ``"a+b="``), as long GSM8K-style prompts are; the byte-level tokenizer of
@@ -283,6 +286,7 @@ def rlkit_config(w: Workload, out_dir: str | Path):
             engine_options={
                 "generation_batch_size": w.rows_per_step,
                 "decode_loop": w.rlkit_decode_loop,
+                "linear_weights": w.rlkit_linear_weights,
             },
             n=w.group_size,
             max_response_length=w.max_completion_length,

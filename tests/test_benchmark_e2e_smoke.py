@@ -53,10 +53,11 @@ def test_benchmark_prints_both_frameworks_and_their_ratio_with_finite_numbers(tm
     assert rows["gen"][4] == "4"
     streamed = re.search(
         r"Decode products with weights streamed \(1 layers' own weights in order, 4 rows, .*\): "
-        r"([0-9.]+) GFLOP/s, [0-9]+% of the matmul bound; gen reached [0-9]+% of it\.",
+        r"([0-9.]+) GFLOP/s by F.linear, ([0-9.]+) on weights packed for oneDNN; the faster "
+        r"is [0-9]+% of the matmul bound, and gen reached [0-9]+% of it\.",
         out,
     )
-    assert streamed and float(streamed.group(1)) > 0, out
+    assert streamed and float(streamed.group(1)) > 0 and float(streamed.group(2)) > 0, out
     # Each framework's step split into its rollout and the rest (TRL's timed around its
     # _generate_and_score_completions).
     assert rows["part of the step"] == ["rlkit median s", "TRL median s", "TRL / rlkit"]
@@ -120,9 +121,12 @@ def test_streamed_bound_times_every_layers_products_and_restores_the_thread_coun
         num_attention_heads=4, num_key_value_heads=2,
     )  # fmt: skip
     threads = torch.get_num_threads()
-    rate = benchmark.streamed_bound(config, rows=4, threads=1, dtype="no", seconds=0.05)
-    assert math.isfinite(rate) and rate > 0
-    assert torch.get_num_threads() == threads
+    for packed in (False, True):
+        rate = benchmark.streamed_bound(
+            config, rows=4, threads=1, dtype="no", seconds=0.05, packed=packed
+        )
+        assert math.isfinite(rate) and rate > 0
+        assert torch.get_num_threads() == threads
 
 
 def test_linear_shapes_are_the_decoder_layers_own_linear_layers():

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -131,6 +132,8 @@ class ContinuousDecoder(TurnGenerator):
         pad_token_id: id fed at padded positions (masked, never attended).
         stop_token_ids: ids that end a turn (kept in its ids).
         warp: float32 logits -> the sampling distribution's scores; ``None`` = raw.
+        linears: model -> the context the forwards run in (the engine's packed linear
+            layers, :meth:`~rlkit.rollout.embedded.engine.HFEngine.linears`); ``None``: none.
     """
 
     def __init__(
@@ -141,9 +144,11 @@ class ContinuousDecoder(TurnGenerator):
         pad_token_id: int,
         stop_token_ids: Sequence[int],
         warp: Warp | None,
+        linears: Callable[[torch.nn.Module], AbstractContextManager[object]] | None = None,
     ) -> None:
         super().__init__(params)
         self.weights, self.pad_token_id, self.warp = weights, pad_token_id, warp
+        self.linears = linears or (lambda model: nullcontext())
         self.stops = sorted(set(stop_token_ids))
         self.greedy = params.temperature <= 0
         self._asks: list[_Ask] = []
@@ -166,7 +171,7 @@ class ContinuousDecoder(TurnGenerator):
 
     async def run(self, main: Awaitable[T]) -> T:
         task = asyncio.ensure_future(main)
-        with self.weights.generation_context() as (model, extra):
+        with self.weights.generation_context() as (model, extra), self.linears(model):
             was_training = model.training
             model.eval()
             try:

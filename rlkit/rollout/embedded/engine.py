@@ -12,6 +12,11 @@ Two decode loops, chosen by the ``decode_loop`` option:
 * ``"generate"``: ``transformers``' ``generate``, for models whose KV cache cannot be
   repeated or subset per row.
 
+Either loop can run the model's linear layers on weights packed once per rollout for
+oneDNN on a CPU (:mod:`rlkit.kernels.packed_linear`): ``linear_weights="auto"`` (the
+default) packs those computing in bf16, whose results stay bitwise the same;
+``"packed"`` float32 ones too (faster, rounded differently); ``"plain"`` none.
+
 For multi-turn loops, :meth:`HFEngine.turns` returns the ``rlkit`` loop's continuous
 batcher (:mod:`rlkit.rollout.embedded.continuous_decode`: each trajectory's KV cache continued
 across its turns) or, with ``generate``, turns batched through :meth:`generate`. Log-probs are gathered step by step by a logits
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +43,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlkit.kernels.packed_linear import packed_linears
 from rlkit.models.attention_features import attention_features
 from rlkit.registry import ROLLOUT_ENGINES
 from rlkit.rollout.base import PolicyWeights, RolloutBatch, RolloutEngine, SamplingParams
@@ -45,6 +52,7 @@ from rlkit.rollout.embedded.kv_decode import Warp, decode
 from rlkit.rollout.turns import BatchedTurns, TurnGenerator
 
 DECODE_LOOPS = ("rlkit", "generate")
+LINEAR_WEIGHTS = ("auto", "packed", "plain")
 logger = logging.getLogger(__name__)
 
 
@@ -144,6 +152,10 @@ class HFEngine(RolloutEngine):
         continue_caches: multi-turn rollouts continue each trajectory's KV cache
             (:class:`ContinuousDecoder`, full-attention caches only); ``False`` batches
             the turns through :meth:`generate` instead (sliding-window models).
+        linear_weights: which linear layers run on weights laid out once per rollout for
+            oneDNN (CPU; :func:`~rlkit.kernels.packed_linear.packed_linears`): ``"auto"``
+            those whose results stay bitwise the same (bf16 compute), ``"packed"`` float32
+            ones too, ``"plain"`` none.
     """
 
     # generate emits no metric; the multi-turn ContinuousDecoder counts the context ids it
@@ -160,6 +172,7 @@ class HFEngine(RolloutEngine):
         generation_batch_size: int = 256,
         decode_loop: str = "rlkit",
         continue_caches: bool = True,
+        linear_weights: str = "auto",
     ) -> None:
         if generation_batch_size < 1:
             raise ValueError(f"generation_batch_size must be >= 1, got {generation_batch_size}")
@@ -167,8 +180,14 @@ class HFEngine(RolloutEngine):
             raise ValueError(
                 f"hf engine: unknown decode_loop {decode_loop!r}; choose one of {DECODE_LOOPS}"
             )
+        if linear_weights not in LINEAR_WEIGHTS:
+            raise ValueError(
+                f"hf engine: unknown linear_weights {linear_weights!r}; choose one of "
+                f"{LINEAR_WEIGHTS}"
+            )
         self.decode_loop = decode_loop
         self.continue_caches = continue_caches
+        self.linear_weights = linear_weights
         self.weights = weights
         self.pad_token_id = pad_token_id
         self.eos_token_ids = tuple(eos_token_ids)
@@ -187,7 +206,7 @@ class HFEngine(RolloutEngine):
         index = [i for i in range(len(prompt_ids)) for _ in range(params.n)]
         out = RolloutBatch([], [], [], [], [])
         images = multimodal if multimodal and any(m is not None for m in multimodal) else None
-        with self.weights.generation_context() as (model, extra):
+        with self.weights.generation_context() as (model, extra), self.linears(model):
             was_training = model.training
             model.eval()
             try:
@@ -204,6 +223,13 @@ class HFEngine(RolloutEngine):
         out.prompt_ids, out.prompt_index = rows, index
         out.validate()
         return out
+
+    def linears(self, model: torch.nn.Module) -> AbstractContextManager[object]:
+        """The context a rollout's forwards run in: ``model``'s linear layers packed
+        (:func:`~rlkit.kernels.packed_linear.packed_linears`) or left plain."""
+        if self.linear_weights == "plain":
+            return nullcontext()
+        return packed_linears(model, exact_only=self.linear_weights == "auto")
 
     def _decode(
         self,
@@ -321,6 +347,7 @@ class HFEngine(RolloutEngine):
             pad_token_id=self.pad_token_id,
             stop_token_ids=self.eos_token_ids + tuple(params.stop_token_ids),
             warp=_warp_function(params),
+            linears=self.linears,
         )
 
     def image_turns(self, params: SamplingParams) -> TurnGenerator:
@@ -347,6 +374,7 @@ def make_hf_engine(
     generation_batch_size: int = 256,
     extra_eos_token_ids: Sequence[int] = (),
     decode_loop: str = "rlkit",
+    linear_weights: str = "auto",
     **unused: Any,
 ) -> HFEngine:
     """Factory for :class:`HFEngine` (the trainer passes ``model_path``/``seed`` too; unused here)."""
@@ -354,7 +382,7 @@ def make_hf_engine(
     if unknown:
         raise TypeError(
             f"hf rollout engine got unknown option(s) {sorted(unknown)}; "
-            f"known: generation_batch_size, extra_eos_token_ids, decode_loop"
+            f"known: generation_batch_size, extra_eos_token_ids, decode_loop, linear_weights"
         )
     eos = [tokenizer.eos_token_id, *extra_eos_token_ids]
     continue_caches = not _windowed(unused.get("model_path"))
@@ -373,6 +401,7 @@ def make_hf_engine(
         generation_batch_size=generation_batch_size,
         decode_loop=decode_loop,
         continue_caches=continue_caches,
+        linear_weights=linear_weights,
     )
 
 
