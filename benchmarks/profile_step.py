@@ -13,8 +13,8 @@ in), then under ``torch.profiler``. Each phase is a profiler range (``phase/<nam
 :class:`rlkit.trainer.timing.PhaseTimer`); every operator's own (self) time is charged to
 the phase it started in and sorted into a category:
 
-- matmul: ``mm``/``addmm``/``bmm``, with the GFLOP/s they reached (from their shapes)
-  against this machine's 1024 x 1024 rate (:func:`e2e_grpo_vs_trl.matmul_bound`);
+- matmul: ``mm``/``addmm``/``bmm`` and linear layers on packed weights, with the GFLOP/s
+  they reached (from their shapes) against this machine's 1024 x 1024 rate (:func:`e2e_grpo_vs_trl.matmul_bound`);
 - attention: the scaled-dot-product kernels, forward and backward;
 - optimizer: everything inside ``Optimizer.step``;
 - elementwise: arithmetic, norms, activations, reductions and their backward ops;
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import resource
 import sys
 import tempfile
@@ -48,7 +49,12 @@ if str(_HERE) not in sys.path:
 from e2e_grpo_vs_trl import matmul_bound, parse_args, prepare_model  # noqa: E402
 from e2e_workloads import Workload, rlkit_config  # noqa: E402
 
-MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmm_"})
+MATMUL_OPS = frozenset(
+    {
+        "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addmm_",
+        "mkldnn::_linear_pointwise",  # a linear layer on a packed weight (packed_linear.py)
+    }
+)  # fmt: skip
 MOVEMENT_OPS = frozenset(
     {
         "aten::copy_", "aten::index", "aten::_index_put_impl_", "aten::index_select",
@@ -56,6 +62,7 @@ MOVEMENT_OPS = frozenset(
         "aten::scatter", "aten::scatter_add_", "aten::index_add_", "aten::masked_fill_",
         "aten::embedding_dense_backward", "aten::_to_copy", "aten::contiguous",
         "aten::_unsafe_index", "aten::masked_select", "aten::nonzero",
+        "mkldnn::_reorder_linear_weight",
     }
 )  # fmt: skip
 BOOKKEEPING_OPS = frozenset(
@@ -92,8 +99,12 @@ def category(name: str, in_optimizer: bool) -> str:
 
 
 def matmul_flops(name: str, shapes: list) -> int:
-    """FLOPs of one ``mm``/``addmm``/``bmm`` from its recorded input shapes (0 if unknown)."""
+    """FLOPs of one ``mm``/``addmm``/``bmm``/packed linear from its recorded input shapes
+    (0 if unknown)."""
     try:
+        if name == "mkldnn::_linear_pointwise":  # input (..., k), packed weight (n, k)
+            *rows, k = shapes[0]
+            return 2 * math.prod(rows) * k * shapes[1][0]
         if name in ("aten::mm",):
             (m, k), (_, n) = shapes[0], shapes[1]
             return 2 * m * k * n

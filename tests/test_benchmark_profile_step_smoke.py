@@ -33,4 +33,7 @@ def test_matmul_flops_read_from_the_recorded_shapes():
     assert benchmark.matmul_flops("aten::mm", [[3, 4], [4, 5]]) == 120
     assert benchmark.matmul_flops("aten::addmm", [[5], [3, 4], [4, 5], [], []]) == 120
     assert benchmark.matmul_flops("aten::bmm", [[2, 3, 4], [2, 4, 5]]) == 240
+    # A packed linear layer: (2 x 3 rows, 4 in) times (5 out, 4 in): 2 * 6 * 4 * 5.
+    packed = [[2, 3, 4], [5, 4], [], [], [], []]
+    assert benchmark.matmul_flops("mkldnn::_linear_pointwise", packed) == 240
     assert benchmark.matmul_flops("aten::mm", []) == 0
