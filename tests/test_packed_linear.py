@@ -163,6 +163,10 @@ def test_calls_the_packed_weight_cannot_serve_exactly_run_f_linear():
     # Autocast switched on after packing in float32: F.linear under autocast runs.
     with packed_linears(layer), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(torch.randn(3, 256)).dtype == torch.bfloat16
+    # Packed under bf16 autocast, called under fp16 autocast: F.linear computes in fp16.
+    bf16, fp16 = (torch.autocast("cpu", dtype=d) for d in (torch.bfloat16, torch.float16))
+    with torch.no_grad(), bf16, packed_linears(layer), fp16:  # entered left to right
+        assert layer(torch.randn(3, 256)).dtype == torch.float16
 
 
 def test_float32_never_counts_as_exact():

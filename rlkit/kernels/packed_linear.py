@@ -25,8 +25,9 @@ The plain version is ``F.linear`` itself: a layer that is not eligible, or a cal
 packed copy cannot serve exactly, runs it. A model sharded by FSDP2 is left plain (each
 process would hold a full copy of every layer). Eligible: a plain CPU ``nn.Linear`` (not a
 sharded ``DTensor``, no overridden ``forward``) computing in float32, or in bf16 where
-oneDNN has bf16 kernels, with a weight large enough to gain (:data:`SMALLEST_PACKED`). A call falls back when gradients are on, when autocast is not in
-the state it was in on entry, or when the input is not a contiguous float tensor of the
+oneDNN has bf16 kernels, with a weight large enough to gain (:data:`SMALLEST_PACKED`). A
+call falls back when gradients are on, when autocast is not in the state (on or off, and
+its dtype) it was in on entry, or when the input is not a contiguous float tensor of the
 expected dtype (``F.linear`` itself rounds some strided inputs differently).
 """
 
@@ -86,11 +87,17 @@ def _packed_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def _autocast_dtype() -> torch.dtype | None:
+    """CPU autocast's dtype while it is on, else None."""
+    return torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+
+
 def compute_dtype(weight: torch.Tensor) -> torch.dtype:
-    """The dtype ``F.linear`` computes ``weight``'s product in now: autocast's for a
-    float32 weight while CPU autocast is on, else the weight's own."""
-    if weight.dtype == torch.float32 and torch.is_autocast_enabled("cpu"):
-        return torch.get_autocast_dtype("cpu")
+    """The dtype ``F.linear`` computes ``weight``'s product in now: while CPU autocast is
+    on, its dtype (autocast casts every float32, bf16 or fp16 operand), else the weight's."""
+    autocast = _autocast_dtype()
+    if autocast is not None and weight.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return autocast
     return weight.dtype
 
 
@@ -120,7 +127,7 @@ class _PackedForward:
 
     def __init__(self, module: nn.Linear) -> None:
         self.module = module
-        self.autocast = torch.is_autocast_enabled("cpu")
+        self.autocast = _autocast_dtype()
         self.dtype = compute_dtype(module.weight)
         with torch.no_grad():
             weight = module.weight.detach().to(self.dtype)
@@ -131,10 +138,10 @@ class _PackedForward:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if (
             torch.is_grad_enabled()
-            or torch.is_autocast_enabled("cpu") != self.autocast
+            or _autocast_dtype() != self.autocast
             or not x.is_contiguous()
             or x.dtype not in (self.dtype, torch.float32)
-            or (x.dtype != self.dtype and not self.autocast)
+            or (x.dtype != self.dtype and self.autocast is None)
         ):
             return nn.Linear.forward(self.module, x)
         # Under autocast F.linear casts a float32 input to the autocast dtype first.
