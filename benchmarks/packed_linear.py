@@ -11,8 +11,9 @@ Each model ``<hidden>x<layers>`` is the end-to-end benchmark's random Qwen2 of t
 and down products in order at ``--rows`` rows, each weight used once, so the weights
 stream from memory as in generation (``streamed_bound`` of ``e2e_grpo_vs_trl.py``).
 ``plain`` is ``F.linear``, which has oneDNN reorder a bf16 weight at every call;
-``packed`` runs the layers inside :func:`rlkit.kernels.packed_linear.packed_linears`,
-the rollout engine's default. Rounds alternate which goes first; the table gives each
+``packed`` runs the layers inside :func:`rlkit.kernels.packed_linear.packed_linears`, as
+the rollout engine does for bf16 layers by default and for float32 ones with
+``linear_weights="packed"``. Rounds alternate which goes first; the table gives each
 side's median GFLOP/s, the ratio packed / plain, and how far one product's results differ
 (bf16: bitwise equal; float32: another kernel's rounding).
 """
