@@ -100,8 +100,6 @@ def test_smollm2_calculator_experiment_runs_two_multi_turn_grpo_steps(smollm2_di
             "DataConfig.val_limit = 1",
             "--gin_param",
             "TrainerConfig.progress_bar = False",
-            "--gin_param",
-            "TrainerConfig.num_threads = 1",
         ],
         cwd=ROOT,
         capture_output=True,

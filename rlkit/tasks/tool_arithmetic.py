@@ -107,6 +107,7 @@ def tool_sft_model(
     tool_rate: float = 0.5,
     hidden_size: int = 64,
     num_layers: int = 2,
+    num_heads: int = 4,
     seed: int = 0,
 ) -> str:
     """Build a tiny Qwen2 and warm it up on tool-use demonstrations; return its path.
@@ -114,7 +115,8 @@ def tool_sft_model(
     A fraction ``tool_rate`` of the demonstrations call the calculator and copy its
     result; the others answer directly. Cached like
     :func:`rlkit.tasks.arithmetic.arithmetic_sft_model`: a directory trained with the
-    same settings is reused.
+    same settings is reused. ``num_heads`` sets the head width (``hidden_size /
+    num_heads``): vLLM's CPU attention needs heads of 32 or wider.
     """
 
     from rlkit.models.tiny import train_byte_tokenizer
@@ -126,6 +128,7 @@ def tool_sft_model(
         "tool_rate": tool_rate,
         "hidden_size": hidden_size,
         "num_layers": num_layers,
+        "num_heads": num_heads,
         "seed": seed,
     }
     out = Path(output_dir)
@@ -140,6 +143,7 @@ def tool_sft_model(
         num_layers=num_layers,
         max_positions=256,
         seed=seed,
+        num_heads=num_heads,
     )
     rng = random.Random(seed)
     # Every demonstration rendered once: a chat-template render per row and step would

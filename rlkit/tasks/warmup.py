@@ -44,10 +44,19 @@ def cached(out: Path, settings: dict[str, Any]) -> bool:
 
 
 def fresh_model(
-    out: Path, tokenizer: Any, *, hidden_size: int, num_layers: int, max_positions: int, seed: int
+    out: Path,
+    tokenizer: Any,
+    *,
+    hidden_size: int,
+    num_layers: int,
+    max_positions: int,
+    seed: int,
+    num_heads: int = 4,
 ) -> tuple[torch.nn.Module, Path]:
-    """A random tiny Qwen2 (MLP width 4 x hidden) saved beside ``out`` and loaded back,
-    with torch seeded to ``seed`` for the warm-up; returns (model, the temporary dir)."""
+    """A random tiny Qwen2 (MLP width 4 x hidden, ``num_heads`` query heads over two
+    key/value heads, or one when there is one query head) saved beside ``out`` and loaded
+    back, with torch seeded to ``seed`` for the warm-up; returns (model, the temporary
+    dir)."""
     from transformers import AutoModelForCausalLM
 
     from rlkit.models.tiny import build_tiny_qwen2
@@ -58,6 +67,8 @@ def fresh_model(
         tokenizer,
         hidden_size=hidden_size,
         num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=min(2, num_heads),
         intermediate_size=4 * hidden_size,
         max_position_embeddings=max_positions,
         seed=seed,
