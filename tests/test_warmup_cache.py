@@ -39,3 +39,19 @@ def test_two_processes_building_one_warm_up_model_train_it_once(tmp_path):
     trained = [log.count("[sft] step    0/30") for log, _ in logs]
     assert sorted(trained) == [0, 1]  # one process trained, the other reused its model
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sft", "sft.lock"]
+
+
+def test_a_tool_model_cached_with_other_heads_is_rebuilt_with_the_heads_asked_for(tmp_path):
+    from transformers import AutoConfig
+
+    from rlkit.tasks.tool_arithmetic import tool_sft_model
+
+    out = tmp_path / "tool_sft"
+    path = tool_sft_model(str(out), steps=1, batch_size=2, num_heads=2)
+    config = AutoConfig.from_pretrained(path)
+    # hidden 64 over 2 heads: heads of 32, the narrowest vLLM's CPU attention takes
+    assert (config.num_attention_heads, config.num_key_value_heads) == (2, 2)
+    assert config.hidden_size // config.num_attention_heads == 32
+    tool_sft_model(str(out), steps=1, batch_size=2)  # the default, 4 heads: not the cached 2
+    config = AutoConfig.from_pretrained(path)
+    assert (config.num_attention_heads, config.num_key_value_heads) == (4, 2)
