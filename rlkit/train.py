@@ -275,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(args, argv, progress)
     finally:
+        # Called in a process that goes on (a notebook, a sweep, a test), the run's
+        # bindings would otherwise reach every configuration built there afterwards.
+        gin.clear_config()
         if announcing and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 

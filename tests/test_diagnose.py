@@ -182,6 +182,26 @@ def test_the_demo_is_healthy_on_the_embedded_engine(tmp_path, demo_model_dir, ca
     assert (tmp_path / "report" / "gap_by_position.png").stat().st_size > 0
 
 
+def test_a_diagnosis_in_process_leaves_no_gin_binding_behind(tmp_path, demo_model_dir):
+    # demo.gin binds DataConfig's fields: a configuration built afterwards in this
+    # process (another test's, a notebook's) takes the dataclasses' defaults instead.
+    import gin
+
+    from rlkit.trainer.config import DataConfig
+
+    status, _ = _diagnose(
+        tmp_path,
+        ["experiments/demo.gin"],
+        [f"ModelConfig.path = '{demo_model_dir}'", "DataConfig.max_prompt_length = 40"],
+        "--prompts",
+        "1",
+    )
+    assert status == 0
+    with pytest.raises(ValueError, match="no bound parameters"):
+        gin.query_parameter("DataConfig.max_prompt_length")
+    assert DataConfig().max_prompt_length != 40
+
+
 BROKEN_NEWLINE = "A: {{ m.content }}</s>\\n"
 
 

@@ -89,6 +89,18 @@ def test_an_unknown_sglang_engine_option_stops_before_the_model_loads(tmp_path, 
     assert "did you mean max_concurrency?" in err and "Traceback" not in err
 
 
+def test_an_in_process_run_leaves_no_gin_binding_behind(tmp_path):
+    # A configuration built later in this process (a notebook's, a sweep's) takes the
+    # dataclasses' defaults, not the bindings of the run that came before it.
+    from rlkit.trainer.config import DataConfig
+
+    bindings = {"DataConfig.max_prompt_length": 7, "RolloutConfig.engine_options": "fast"}
+    assert train_main([_config(tmp_path, tmp_path / "no_model", bindings)]) == 2
+    with pytest.raises(ValueError, match="no bound parameters"):
+        gin.query_parameter("DataConfig.max_prompt_length")
+    assert DataConfig().max_prompt_length != 7
+
+
 def test_a_missing_gin_include_is_one_message(tmp_path, capsys):
     config = tmp_path / "run.gin"
     config.write_text("include 'missing_preset.gin'\n")

@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rlkit diagnose: {exc}", file=sys.stderr)
         return USER_ERROR_EXIT
+    finally:
+        gin.clear_config()  # as `rlkit train` does: no binding outlives the call
 
 
 def _diagnose(config: object, out: Path, args: argparse.Namespace) -> int:
