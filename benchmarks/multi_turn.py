@@ -56,6 +56,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--hidden-size", type=int, default=64, help="of the warmed-up model")
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4, help="attention heads of the warmed-up model")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell; the median is shown")
     p.add_argument("--sft-steps", type=int, default=200)
     p.add_argument(
@@ -125,6 +126,7 @@ def main() -> None:
         steps=args.sft_steps,
         hidden_size=args.hidden_size,
         num_layers=args.layers,
+        num_heads=args.heads,
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
