@@ -101,13 +101,10 @@ def vision_model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def tool_model_dir(tmp_path_factory) -> str:
     """A tiny Qwen2 warmed up to call the calculator on multiplication (shared by the
-    embedded, SGLang and vLLM multi-turn tests): two heads of 32, which vLLM's CPU
-    attention takes (it refuses heads of 16)."""
+    embedded and SGLang multi-turn tests)."""
     from rlkit.tasks.tool_arithmetic import tool_sft_model
 
-    return tool_sft_model(
-        str(tmp_path_factory.mktemp("tool_sft") / "model"), steps=200, num_heads=2
-    )
+    return tool_sft_model(str(tmp_path_factory.mktemp("tool_sft") / "model"), steps=200)
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_multi_turn_benchmark_gives_both_embedded_paths_the_same_greedy_work(tool_model_dir):
     # The warmed-up model of the session, reused from its directory: its settings (200 SFT
-    # steps, 2 heads) given exactly, or the benchmark would train a model over it.
+    # steps, 4 heads) given exactly, or the benchmark would train a model over it.
     proc = subprocess.run(
         [
             sys.executable, "benchmarks/multi_turn.py", "--trajectories", "4", "--repeats", "1",
-            "--temperature", "0", "--skip-sglang", "--sft-steps", "200", "--heads", "2",
+            "--temperature", "0", "--skip-sglang", "--sft-steps", "200", "--heads", "4",
             "--model-dir", tool_model_dir, "--threads", "1", "--tool-latency-s", "0.05",
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=600,

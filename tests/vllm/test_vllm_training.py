@@ -29,9 +29,13 @@ def arithmetic_model(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def tool_model(tool_model_dir) -> str:
-    """The session's tool policy (conftest), whose heads of 32 vLLM's CPU build serves."""
-    return tool_model_dir
+def tool_model(tmp_path_factory) -> str:
+    """A tiny policy warmed up to call the calculator, with 2 heads of 32."""
+    from rlkit.tasks.tool_arithmetic import tool_sft_model
+
+    return tool_sft_model(
+        str(tmp_path_factory.mktemp("vllm_tool_sft") / "model"), steps=200, num_heads=2
+    )
 
 
 @pytest.fixture(scope="module")
