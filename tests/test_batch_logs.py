@@ -6,20 +6,9 @@ from __future__ import annotations
 
 import json
 
-import gin
-import pytest
-
 from rlkit.logging.trackers import step_line
 from rlkit.train import main as train_main
 from tests.gin_files import arithmetic_gin
-
-
-@pytest.fixture(autouse=True)
-def _no_gin_left_behind():
-    """`rlkit train` runs in this process: its gin bindings must not reach later tests."""
-    yield
-    gin.clear_config()
-
 
 BINDINGS = {
     "TrainerConfig.progress_bar": True,  # the console sink: lines, since stdout is captured

@@ -8,23 +8,12 @@ import json
 import shutil
 from pathlib import Path
 
-import gin
 import pytest
 
 from rlkit import export
 from rlkit.train import main as rlkit_train
 from rlkit.trainer.checkpoint import MANIFEST
 from tests.gin_files import arithmetic_gin
-
-
-def train_cli(argv: list[str]) -> int:
-    """``rlkit train ARGV`` in this process; its gin bindings are cleared afterwards, so
-    they do not become the defaults of later tests' configurations."""
-    try:
-        return rlkit_train(argv)
-    finally:
-        gin.clear_config()
-
 
 BINDINGS = {
     "TrainerConfig.total_steps": 2,
@@ -42,7 +31,7 @@ def finished_run(tmp_path_factory, tiny_model_dir) -> Path:
     out = tmp_path_factory.mktemp("integrity") / "run"
     gin_file = out.parent / "experiment.gin"
     gin_file.write_text(arithmetic_gin(tiny_model_dir, out, BINDINGS))
-    assert train_cli([str(gin_file)]) == 0
+    assert rlkit_train([str(gin_file)]) == 0
     return out
 
 
@@ -61,7 +50,7 @@ def _train(capfd, out: Path, *bindings: str) -> tuple[int, str, str]:
     for binding in bindings:
         args += ["--gin_param", binding]
     capfd.readouterr()
-    status = train_cli(args)
+    status = rlkit_train(args)
     captured = capfd.readouterr()
     return status, captured.out, captured.err
 
@@ -179,7 +168,7 @@ def test_a_checkpoint_of_another_model_is_one_message(capfd, finished_run, tmp_p
         )
     )
     capfd.readouterr()
-    status = train_cli([str(gin_file)])
+    status = rlkit_train([str(gin_file)])
     stderr = capfd.readouterr().err
     assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
     assert "global_step_2 cannot be read" in stderr.strip().splitlines()[-1]

@@ -11,14 +11,6 @@ from rlkit.evaluation.harness import main as eval_main
 from rlkit.train import main as train_main
 from tests.gin_files import arithmetic_gin
 
-
-@pytest.fixture(autouse=True)
-def _no_gin_left_behind():
-    """`rlkit train` runs in this process: its gin bindings must not reach later tests."""
-    yield
-    gin.clear_config()
-
-
 RUN = {
     "TrainerConfig.total_steps": 1,
     "TrainerConfig.val_before_train": False,

@@ -12,21 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import gin
 import pytest
 
 from rlkit.train import main as rlkit_train
 from tests.gin_files import arithmetic_gin
-
-
-def train_cli(argv: list[str]) -> int:
-    """``rlkit train ARGV`` in this process; its gin bindings are cleared afterwards, so
-    they do not become the defaults of later tests' configurations."""
-    try:
-        return rlkit_train(argv)
-    finally:
-        gin.clear_config()
-
 
 ONE_STEP = {
     "TrainerConfig.total_steps": 1,
@@ -42,7 +31,7 @@ def _train(capfd, tmp_path: Path, model: str, out: Path, bindings: dict) -> tupl
     gin_file = tmp_path / "experiment.gin"
     gin_file.write_text(arithmetic_gin(model, out, ONE_STEP | bindings))
     capfd.readouterr()
-    status = train_cli([str(gin_file)])
+    status = rlkit_train([str(gin_file)])
     return status, capfd.readouterr().err
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import gin
 import pytest
 
 from rlkit.train import main as train_main
@@ -13,13 +12,6 @@ from rlkit.trainer.config import ExperimentConfig
 from rlkit.trainer.trainer import RLTrainer
 from tests.experiment_factory import small_experiment
 from tests.gin_files import arithmetic_gin
-
-
-@pytest.fixture(autouse=True)
-def _no_gin_left_behind():
-    """`rlkit train` runs in this process: its gin bindings must not reach later tests."""
-    yield
-    gin.clear_config()
 
 
 def _jsonl(path, count, start=0):
