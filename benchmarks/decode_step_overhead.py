@@ -27,7 +27,6 @@ packed once per rollout (``linear_weights="auto"``). Rounds alternate which step
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import time
@@ -100,10 +99,11 @@ def rollout(model, prompts, args, step) -> tuple[float, list[list[float]]]:
     kv_decode._Stepper.decode = step
     torch.manual_seed(1)
     started = time.perf_counter()
+    # The engine's default linear_weights="auto": only layers packed exactly (bf16 ones).
     with (
         torch.no_grad(),
         torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16),
-        packed_linears(model, exact_only=True) if bf16 else contextlib.nullcontext(),
+        packed_linears(model, exact_only=True),
     ):
         result = kv_decode.decode(
             model, prompts, n=args.group_size, max_new_tokens=args.max_new_tokens,
